@@ -1,0 +1,56 @@
+"""Backend registry: the decorator `register`, and out-of-tree backends found through the
+`gemmforge.backends` entry-point group. Nothing outside this package names a backend."""
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import entry_points
+
+from backends.base import Artifact, Backend, BuildError, Source, Target
+
+ENTRY_POINT_GROUP = "gemmforge.backends"
+_IN_TREE = ("backends.cuda",)
+
+__all__ = ["Artifact", "Backend", "BuildError", "Source", "Target", "register", "registry"]
+
+
+class _Registry:
+    def __init__(self):
+        self._backends: dict[str, Backend] = {}
+        self._loaded = False
+
+    def add(self, cls: type[Backend]) -> type[Backend]:
+        if cls.name in self._backends and type(self._backends[cls.name]) is not cls:
+            raise ValueError(f"backend {cls.name!r} is registered twice")
+        self._backends[cls.name] = cls()
+        return cls
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in _IN_TREE:
+            import_module(module)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            ep.load()  # the module registers itself with @register
+
+    def get(self, name: str) -> Backend:
+        self._load()
+        if name not in self._backends:
+            raise KeyError(f"backend {name!r} is not registered; known: {', '.join(self.names())}")
+        return self._backends[name]
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._backends)
+
+    def all(self) -> list[Backend]:
+        self._load()
+        return [self._backends[n] for n in sorted(self._backends)]
+
+
+registry = _Registry()
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make `cls` the backend for Programs whose backend is `cls.name`."""
+    return registry.add(cls)

@@ -1,0 +1,131 @@
+"""The Backend contract: what a code generator declares, and the values it passes on.
+
+A backend is a class with capabilities as class attributes (data, not code paths),
+`supports()` for any legality rule the data can't express (returns a reason, never
+raises), `lower()` from (Program, Problem) to a `Source`, and `build()` from a
+`Source` to an `Artifact` on disk. A backend never times and never picks programs.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from ir.program import Accum, Arch, Layout, Problem, Program
+
+
+@dataclass(frozen=True)
+class Source:
+    """Lowered code for one (program, layout, acc): text files and how to build them.
+
+    `files` maps file names to their text; `entry` is the file the build starts from.
+    `specialized` is True when the code is valid only for `problem`'s exact m, n, k.
+    """
+
+    program: Program
+    problem: Problem
+    language: str  # "cuda", "triton", ...
+    files: dict[str, str]
+    entry: str
+    specialized: bool = False
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return self.files[self.entry]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a build is for: the device's compute capability (e.g. 90), or None for the
+    program's own arch (a portable file, as `gemmforge emit` writes)."""
+
+    device_sm: int | None = None
+
+    @property
+    def tag(self) -> str:
+        return f"sm{self.device_sm}" if self.device_sm else "portable"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built kernel on disk: `path` is what the runtime loads (a .so, a cubin, ...).
+
+    `kind` names the loader (see compiler.runtime); `meta` is JSON-serialisable launch
+    metadata (symbol names, grid rules, workspace formula) the loader needs.
+    """
+
+    key: str
+    kind: str
+    path: Path
+    program_text: str
+    layout: Layout
+    acc: Accum
+    meta: dict = field(default_factory=dict)
+
+
+class BuildError(RuntimeError):
+    """A build failed. `command` reproduces it; `source_path` is the file it built."""
+
+    def __init__(self, message: str, command: str = "", source_path: str = "", log: str = ""):
+        self.command, self.source_path, self.log = command, source_path, log
+        parts = [message]
+        if source_path:
+            parts.append(f"source: {source_path}")
+        if command:
+            parts.append(f"reproduce: {command}")
+        if log:
+            parts.append(log.strip()[-4000:])
+        super().__init__("\n".join(parts))
+
+
+class Backend(ABC):
+    """One code generator. Subclasses set the class attributes and implement lower/build.
+
+    Capabilities:
+      name         -- the Program.backend value this class serves
+      archs        -- archs it emits code for
+      instruction  -- the matrix instruction it is built on (named in verify errors)
+      mma_shape    -- (m, n, k) one warp (or warpgroup) instruction covers; tiles divide by it
+      unit_threads -- threads per entry of Program.warps (32 warps, 128 warpgroups)
+      allowed      -- Program field -> the values this backend accepts, where restricted;
+                      a field listed with a single value is one the backend ignores
+      layouts, accumulators -- problem kinds it can compute
+    """
+
+    name: ClassVar[str]
+    archs: ClassVar[frozenset[Arch]]
+    instruction: ClassVar[str]
+    mma_shape: ClassVar[tuple[int, int, int]]
+    unit_threads: ClassVar[int] = 32
+    allowed: ClassVar[dict[str, frozenset]] = {}
+    layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)
+    accumulators: ClassVar[frozenset[Accum]] = frozenset(Accum)
+
+    def supports(self, program: Program, problem: Problem | None = None) -> str | None:
+        """None if this backend can emit `program` (for `problem`, if given), else the reason.
+
+        Called by ir.verify after the capability checks; override for rules the
+        class attributes can't say. Never raises.
+        """
+        return None
+
+    @abstractmethod
+    def lower(self, program: Program, problem: Problem) -> Source:
+        """Generate source for `program` computing `problem` (assumes verify passed)."""
+
+    @abstractmethod
+    def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
+        """Compile `source` for `target` into `out_dir` (an empty folder the caller owns);
+        raise BuildError with a command that reproduces the failure."""
+
+    def fingerprint(self) -> str:
+        """A hash of everything besides the program that shapes this backend's output
+        (templates, generator version): part of every artifact cache key."""
+        return type(self).__module__
+
+    def standalone(self, program: Program, problem: Problem) -> str | None:
+        """A self-contained .cu file (kernel, extern "C" launcher, test main()), or None
+        if this backend can't emit one."""
+        return None

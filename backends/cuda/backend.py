@@ -1,0 +1,89 @@
+"""The cuda family: three instruction paths over one set of jinja2 templates.
+
+Each path is a `Backend` whose kernel body lives in `templates/<path>.cuh.jinja`; the
+pipeline, loader, raster, split-K and launcher templates are shared. The output is
+one standalone .cu file exposing the extern "C" API of `templates/launcher.cuh.jinja`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from backends import register
+from backends.base import Artifact, Backend, Source, Target
+from backends.cuda.context import make_context
+from backends.templating import fingerprint, render
+from compiler import nvcc
+from ir.program import (
+    DEFAULTS, Arch, Problem, Program, Swizzle,
+)
+
+TEMPLATES = Path(__file__).with_name("templates")
+SELFTEST_DEFAULT = (1000, 4096, 333)  # the self-test's shape when main() gets no arguments
+
+_ONLY_DEFAULT = {name: frozenset({getattr(DEFAULTS, name)})
+                 for name in ("schedule", "cluster", "warp_spec", "epilogue")}
+
+
+class CudaBackend(Backend):
+    """Shared lowering and build for the cuda family; subclasses pick the kernel body."""
+
+    path: ClassVar[str]
+    archs = frozenset({Arch.SM80, Arch.SM90A})
+    allowed = {**_ONLY_DEFAULT, "swizzle": frozenset({Swizzle.NONE, Swizzle.PAD})}
+
+    def lower(self, program: Program, problem: Problem) -> Source:
+        ctx = make_context(program, problem, self.path, self.unit_threads).as_dict()
+        m, n, k = SELFTEST_DEFAULT
+        ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
+                   selftest_m=m, selftest_n=n, selftest_k=k)
+        text = render(TEMPLATES, "gemm.cu.jinja", ctx)
+        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
+                      f"{program.name}.cu")
+
+    def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
+        src = out_dir / source.entry
+        src.write_text(source.text)
+        lib = out_dir / f"{source.program.name}.so"
+        nvcc.compile_cuda(src, lib, nvcc.gencode(source.program.arch, target.device_sm))
+        return Artifact(key="", kind="cuda_so", path=lib, program_text=str(source.program),
+                        layout=source.problem.layout, acc=source.problem.acc,
+                        meta={"symbol": "gemmforge_launch",
+                              "workspace_symbol": "gemmforge_workspace_bytes"})
+
+    def fingerprint(self) -> str:
+        return fingerprint(str(TEMPLATES))
+
+    def standalone(self, program: Program, problem: Problem) -> str:
+        return self.lower(program, problem).text
+
+
+@register
+class CudaSimt(CudaBackend):
+    """Plain CUDA FMA on the SIMT cores: the simple reference path."""
+
+    name = "cuda_simt"
+    path = "simt"
+    instruction = "fma (SIMT)"
+    mma_shape = (4, 8, 8)  # a warp is 4 x 8 threads; loads move 8 halves
+
+
+@register
+class CudaWmma(CudaBackend):
+    """nvcuda::wmma 16x16x16 fragments from padded or plain shared memory."""
+
+    name = "cuda_wmma"
+    path = "wmma"
+    instruction = "wmma m16n16k16"
+    mma_shape = (16, 16, 16)
+
+
+@register
+class CudaMma(CudaBackend):
+    """Inline-PTX mma.sync.m16n8k16 fed by ldmatrix from swizzled or padded shared memory."""
+
+    name = "cuda_mma"
+    path = "mma"
+    instruction = "mma.sync.m16n8k16"
+    mma_shape = (16, 16, 16)  # ldmatrix.x4 feeds B in pairs of n8 blocks
+    allowed = {**_ONLY_DEFAULT, "swizzle": frozenset(Swizzle)}

@@ -1,0 +1,40 @@
+"""Every environment setting gemmforge reads, declared once with its type and default."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else default
+
+
+def _default_cache() -> Path:
+    try:
+        import platformdirs
+        return Path(platformdirs.user_cache_dir("gemmforge"))
+    except ImportError:  # platformdirs is a dependency; this keeps bare checkouts usable
+        return Path.home() / ".cache" / "gemmforge"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    cache_dir: Path       # GEMMFORGE_CACHE_DIR: built artifacts (default: user cache dir)
+    dump_dir: Path | None  # GEMMFORGE_DUMP: write every pipeline stage's output here
+    nvcc: str             # GEMMFORGE_NVCC: the nvcc to build with (default: nvcc on PATH)
+    build_timeout_s: float  # GEMMFORGE_BUILD_TIMEOUT: seconds one build may take
+    nvcc_threads: int     # GEMMFORGE_NVCC_THREADS: nvcc --threads
+
+
+def knobs() -> Knobs:
+    """Read the environment now (tests change it, so this is not cached)."""
+    dump = os.environ.get("GEMMFORGE_DUMP")
+    return Knobs(
+        cache_dir=_path("GEMMFORGE_CACHE_DIR", _default_cache() / "artifacts"),
+        dump_dir=Path(dump) if dump else None,
+        nvcc=os.environ.get("GEMMFORGE_NVCC", "nvcc"),
+        build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "180")),
+        nvcc_threads=int(os.environ.get("GEMMFORGE_NVCC_THREADS", "1")),
+    )

@@ -1,0 +1,34 @@
+"""Hardware limits per arch, named once. Sources: CUDA C Programming Guide, table of
+technical specifications per compute capability (8.0 for A100, 9.0 for H100/H200)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir.program import Arch
+
+
+@dataclass(frozen=True, slots=True)
+class ArchLimits:
+    max_smem_per_block: int  # bytes of dynamic shared memory one CTA may opt in to
+    max_threads_per_block: int
+    max_regs_per_thread: int
+    regs_per_sm: int
+    has_wgmma: bool
+    has_tma: bool
+    has_clusters: bool
+
+
+LIMITS = {
+    Arch.SM80: ArchLimits(max_smem_per_block=166_912, max_threads_per_block=1024,
+                          max_regs_per_thread=255, regs_per_sm=65_536,
+                          has_wgmma=False, has_tma=False, has_clusters=False),
+    Arch.SM90A: ArchLimits(max_smem_per_block=232_448, max_threads_per_block=1024,
+                           max_regs_per_thread=255, regs_per_sm=65_536,
+                           has_wgmma=True, has_tma=True, has_clusters=True),
+}
+
+HALF_BYTES = 2
+WARP_THREADS = 32
+WARPGROUP_THREADS = 128
+SMEM_ROW_PAD_HALFS = 8  # swizzle=pad adds 16 bytes per shared-memory row
+ACCUM_REG_BUDGET = 160  # accumulator registers per thread that leave room for addressing

@@ -1,0 +1,292 @@
+"""The IR values: a GEMM `Problem` and the `Program` (one kernel) that computes it.
+
+Every value is a small frozen dataclass that checks its own invariants in
+`__post_init__` and raises `IRError` naming the field and what is allowed.
+Cross-field legality (shared memory, divisibility, what a backend supports)
+lives in `ir.verify`, not here: a `Program` is well-formed in isolation, and
+`verify` decides whether it is a legal kernel for its backend and arch.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass, field, fields, replace
+
+MAX_STAGES = 8
+MAX_SPLIT_K = 16
+MAX_RASTER_GROUP = 64
+MAX_CLUSTER = 4  # portable cluster size limit per dimension on sm_90a
+TILE_LIMITS = {"bm": (8, 512), "bn": (8, 512), "bk": (8, 256)}
+MAX_WARPS_PER_DIM = 8
+MAX_DIM = 1 << 20  # largest m, n or k a Problem accepts
+
+
+class IRError(ValueError):
+    """An IR value is malformed or illegal; the message names the field and the limit."""
+
+
+class _TextEnum(str, enum.Enum):
+    """An enum whose value is its canonical spelling in text and JSON."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str, what: str):
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise IRError(f"{what}: {value!r} is not one of {allowed}") from None
+
+
+class Arch(_TextEnum):
+    SM80 = "sm_80"
+    SM90A = "sm_90a"
+
+
+class Layout(_TextEnum):
+    """Operand layouts of C[M,N] = A[M,K] @ B, all row-major in memory.
+
+    nn: B is stored K x N. nt: B is stored N x K (B transposed, cuBLAS's "TN").
+    """
+
+    NN = "nn"
+    NT = "nt"
+
+
+class Accum(_TextEnum):
+    F32 = "f32"
+    F16 = "f16"
+
+
+class Swizzle(_TextEnum):
+    NONE = "none"
+    B32 = "32B"
+    B64 = "64B"
+    B128 = "128B"
+    PAD = "pad"
+
+
+class RasterOrder(_TextEnum):
+    ROW = "row"
+    COL = "col"
+
+
+class Padding(_TextEnum):
+    PREDICATE = "predicate"
+    PAD_OPERANDS = "pad_operands"
+
+
+class Reduction(_TextEnum):
+    WORKSPACE = "workspace"
+    ATOMIC = "atomic"
+
+
+class Schedule(_TextEnum):
+    DATA_PARALLEL = "data_parallel"
+    PERSISTENT = "persistent"
+    STREAM_K = "stream_k"
+
+
+class WarpSpec(_TextEnum):
+    NONE = "none"
+    COOPERATIVE = "cooperative"
+    PINGPONG = "pingpong"
+
+
+class Epilogue(_TextEnum):
+    DIRECT = "direct"
+    SMEM = "smem"
+    TMA = "tma"
+
+
+def _check_int(value, name: str, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise IRError(f"{name}: expected an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise IRError(f"{name}: {value} is outside {lo}..{hi}")
+
+
+def _check_pow2(value: int, name: str) -> None:
+    if value & (value - 1):
+        raise IRError(f"{name}: {value} is not a power of two")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """C[m, n] = A[m, k] @ B with fp16 operands and output; `acc` is the accumulator type."""
+
+    m: int
+    n: int
+    k: int
+    layout: Layout = Layout.NN
+    acc: Accum = Accum.F32
+
+    def __post_init__(self):
+        for name in ("m", "n", "k"):
+            _check_int(getattr(self, name), name, 1, MAX_DIM)
+        object.__setattr__(self, "layout", Layout.parse(str(self.layout), "layout"))
+        object.__setattr__(self, "acc", Accum.parse(str(self.acc), "acc"))
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def __str__(self) -> str:
+        return f"{self.shape} {self.layout} {self.acc}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """CTA tile: the block of C one CTA owns (bm x bn) and the K step (bk)."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+
+    def __post_init__(self):
+        for name, (lo, hi) in TILE_LIMITS.items():
+            _check_int(getattr(self, name), f"tile.{name}", lo, hi)
+            _check_pow2(getattr(self, name), f"tile.{name}")
+
+
+@dataclass(frozen=True, slots=True)
+class Warps:
+    """Warp (or, on wgmma paths, warpgroup) layout inside the CTA: wm along M, wn along N."""
+
+    wm: int = 2
+    wn: int = 2
+
+    def __post_init__(self):
+        for name in ("wm", "wn"):
+            _check_int(getattr(self, name), f"warps.{name}", 1, MAX_WARPS_PER_DIM)
+            _check_pow2(getattr(self, name), f"warps.{name}")
+
+    @property
+    def count(self) -> int:
+        return self.wm * self.wn
+
+
+@dataclass(frozen=True, slots=True)
+class Raster:
+    """CTA launch order: along rows or columns of C, in groups of `group` tiles for L2 reuse."""
+
+    order: RasterOrder = RasterOrder.ROW
+    group: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "order", RasterOrder.parse(str(self.order), "raster.order"))
+        _check_int(self.group, "raster.group", 1, MAX_RASTER_GROUP)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitK:
+    """K is cut into `slices` pieces computed by separate CTAs, then reduced."""
+
+    slices: int = 1
+    reduction: Reduction = Reduction.WORKSPACE
+
+    def __post_init__(self):
+        _check_int(self.slices, "split_k.slices", 1, MAX_SPLIT_K)
+        object.__setattr__(
+            self, "reduction", Reduction.parse(str(self.reduction), "split_k.reduction"))
+        if self.slices == 1 and self.reduction != Reduction.WORKSPACE:
+            raise IRError("split_k.reduction: must be 'workspace' (the default) when slices is 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """Hopper thread-block cluster shape (cm CTAs along M, cn along N)."""
+
+    cm: int = 1
+    cn: int = 1
+
+    def __post_init__(self):
+        for name in ("cm", "cn"):
+            _check_int(getattr(self, name), f"cluster.{name}", 1, MAX_CLUSTER)
+            _check_pow2(getattr(self, name), f"cluster.{name}")
+
+    @property
+    def size(self) -> int:
+        return self.cm * self.cn
+
+
+_BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{1,31}$")
+
+# (field name, coercer) for the enum-valued fields of Program.
+_ENUM_FIELDS = {
+    "arch": Arch, "swizzle": Swizzle, "padding": Padding, "schedule": Schedule,
+    "warp_spec": WarpSpec, "epilogue": Epilogue,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """One GEMM kernel, as a policy writes it. Shape-generic: m, n, k come at run time.
+
+    Field order is the order of the canonical text form (see `ir.text`).
+    """
+
+    backend: str
+    arch: Arch = Arch.SM80
+    tile: Tile = field(default_factory=Tile)
+    warps: Warps = field(default_factory=Warps)
+    stages: int = 3
+    swizzle: Swizzle = Swizzle.NONE
+    raster: Raster = field(default_factory=Raster)
+    padding: Padding = Padding.PREDICATE
+    split_k: SplitK = field(default_factory=SplitK)
+    schedule: Schedule = Schedule.DATA_PARALLEL
+    cluster: Cluster = field(default_factory=Cluster)
+    warp_spec: WarpSpec = WarpSpec.NONE
+    epilogue: Epilogue = Epilogue.DIRECT
+
+    def __post_init__(self):
+        if not isinstance(self.backend, str) or not _BACKEND_NAME.match(self.backend):
+            raise IRError(f"backend: {self.backend!r} is not a backend name "
+                          "(lower-case letters, digits and '_')")
+        for name, enum_type in _ENUM_FIELDS.items():
+            object.__setattr__(self, name, enum_type.parse(str(getattr(self, name)), name))
+        for name, value_type in (("tile", Tile), ("warps", Warps), ("raster", Raster),
+                                 ("split_k", SplitK), ("cluster", Cluster)):
+            if not isinstance(getattr(self, name), value_type):
+                raise IRError(f"{name}: expected a {value_type.__name__}, "
+                              f"got {getattr(self, name)!r}")
+        _check_int(self.stages, "stages", 1, MAX_STAGES)
+
+    def replace(self, **changes) -> "Program":
+        """A copy with some fields changed (validated like any new Program)."""
+        return replace(self, **changes)
+
+    @property
+    def key(self) -> str:
+        """Content hash: 16 hex digits of sha256 over the canonical text form."""
+        from ir.text import to_text
+        return hashlib.sha256(to_text(self).encode()).hexdigest()[:16]
+
+    @property
+    def name(self) -> str:
+        """Procedural kernel name, e.g. gf_cuda_mma_sm80_128x128x32_w2x2_s3_<key[:8]>."""
+        t, w = self.tile, self.warps
+        arch = self.arch.value.replace("_", "")
+        return (f"gf_{self.backend}_{arch}_{t.bm}x{t.bn}x{t.bk}_w{w.wm}x{w.wn}"
+                f"_s{self.stages}_{self.key[:8]}")
+
+    def __str__(self) -> str:
+        from ir.text import to_text
+        return to_text(self)
+
+
+def program_fields() -> tuple[str, ...]:
+    """The names of Program's fields, in canonical order."""
+    return tuple(f.name for f in fields(Program))
+
+
+DEFAULTS = Program(backend="default")
+"""A Program whose fields (backend aside) all hold their defaults."""

@@ -1,0 +1,129 @@
+"""The canonical one-line text form of a Program, and its parser.
+
+    cuda_mma sm_80 128x128x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct
+
+Thirteen space-separated tokens, one per Program field, in field order:
+
+    backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP
+    {pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong}
+    {direct,smem,tma}
+
+`kS` reduces split-K slices through a workspace, `kSa` with atomics. Every
+Program has exactly one text form and `parse(to_text(p)) == p`. Logs, the tuned
+database, regression files and the LLM policy all use this form.
+"""
+from __future__ import annotations
+
+import re
+
+from ir.program import (
+    Arch, Cluster, Epilogue, IRError, Padding, Program, Raster, RasterOrder, Reduction,
+    Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
+)
+
+_SWIZZLE = {Swizzle.NONE: "swnone", Swizzle.B32: "sw32", Swizzle.B64: "sw64",
+            Swizzle.B128: "sw128", Swizzle.PAD: "swpad"}
+_PADDING = {Padding.PREDICATE: "pred", Padding.PAD_OPERANDS: "padop"}
+_SCHEDULE = {Schedule.DATA_PARALLEL: "dp", Schedule.PERSISTENT: "persistent",
+             Schedule.STREAM_K: "streamk"}
+_WARP_SPEC = {WarpSpec.NONE: "nows", WarpSpec.COOPERATIVE: "coop",
+              WarpSpec.PINGPONG: "pingpong"}
+
+
+def _invert(table: dict) -> dict:
+    return {v: k for k, v in table.items()}
+
+
+_FIELD_TEXT = {
+    "backend": str,
+    "arch": lambda a: a.value,
+    "tile": lambda t: f"{t.bm}x{t.bn}x{t.bk}",
+    "warps": lambda w: f"w{w.wm}x{w.wn}",
+    "stages": lambda s: f"s{s}",
+    "swizzle": _SWIZZLE.__getitem__,
+    "raster": lambda r: f"{r.order.value}/{r.group}",
+    "padding": _PADDING.__getitem__,
+    "split_k": lambda s: f"k{s.slices}" + ("a" if s.reduction == Reduction.ATOMIC else ""),
+    "schedule": _SCHEDULE.__getitem__,
+    "cluster": lambda c: f"c{c.cm}x{c.cn}",
+    "warp_spec": _WARP_SPEC.__getitem__,
+    "epilogue": lambda e: e.value,
+}
+
+
+def field_text(name: str, value) -> str:
+    """The text token of one Program field's value (as it appears in the text form)."""
+    return _FIELD_TEXT[name](value)
+
+
+def to_text(p: Program) -> str:
+    """The canonical text form of `p` (one line, 13 tokens)."""
+    return " ".join(fn(getattr(p, name)) for name, fn in _FIELD_TEXT.items())
+
+
+_FORM = ("backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP "
+         "{pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong} "
+         "{direct,smem,tma}")
+
+
+def _match(pattern: str, token: str, what: str, allowed: str) -> tuple[int, ...]:
+    m = re.fullmatch(pattern, token)
+    if not m:
+        raise IRError(f"{what}: {token!r} is not of the form {allowed}")
+    return tuple(int(g) for g in m.groups())
+
+
+def _lookup(table: dict, token: str, what: str):
+    inverse = _invert(table)
+    if token not in inverse:
+        raise IRError(f"{what}: {token!r} is not one of {', '.join(table.values())}")
+    return inverse[token]
+
+
+def parse(text: str) -> Program:
+    """Parse the canonical text form; raise IRError naming the bad token and the allowed form."""
+    if not isinstance(text, str):
+        raise IRError(f"program text: expected a string, got {type(text).__name__}")
+    tokens = text.split()
+    if len(tokens) != 13:
+        raise IRError(f"program text: expected 13 tokens ({_FORM}), got {len(tokens)}")
+    (backend, arch, tile, warps, stages, swizzle, raster, padding, split, schedule,
+     cluster, warp_spec, epilogue) = tokens
+    bm, bn, bk = _match(r"(\d+)x(\d+)x(\d+)", tile, "tile", "BMxBNxBK")
+    wm, wn = _match(r"w(\d+)x(\d+)", warps, "warps", "wWMxWN")
+    (n_stages,) = _match(r"s(\d+)", stages, "stages", "sN")
+    order_group = re.fullmatch(r"(row|col)/(\d+)", raster)
+    if not order_group:
+        raise IRError(f"raster: {raster!r} is not of the form row/G or col/G")
+    split_m = re.fullmatch(r"k(\d+)(a?)", split)
+    if not split_m:
+        raise IRError(f"split_k: {split!r} is not of the form kN or kNa")
+    cm, cn = _match(r"c(\d+)x(\d+)", cluster, "cluster", "cCMxCN")
+    return Program(
+        backend=backend,
+        arch=Arch.parse(arch, "arch"),
+        tile=Tile(bm, bn, bk),
+        warps=Warps(wm, wn),
+        stages=n_stages,
+        swizzle=_lookup(_SWIZZLE, swizzle, "swizzle"),
+        raster=Raster(RasterOrder(order_group.group(1)), int(order_group.group(2))),
+        padding=_lookup(_PADDING, padding, "padding"),
+        split_k=SplitK(int(split_m.group(1)),
+                       Reduction.ATOMIC if split_m.group(2) else Reduction.WORKSPACE),
+        schedule=_lookup(_SCHEDULE, schedule, "schedule"),
+        cluster=Cluster(cm, cn),
+        warp_spec=_lookup(_WARP_SPEC, warp_spec, "warp_spec"),
+        epilogue=Epilogue.parse(epilogue, "epilogue"),
+    )
+
+
+def parse_problem(text: str):
+    """Parse 'MxNxK[ layout[ acc]]' (e.g. '1000x4096x333 nt f16') into a Problem."""
+    from ir.program import Accum, Layout, Problem
+    tokens = text.split() if isinstance(text, str) else []
+    if not 1 <= len(tokens) <= 3:
+        raise IRError(f"shape: {text!r} is not of the form MxNxK [nn|nt] [f32|f16]")
+    m, n, k = _match(r"(\d+)x(\d+)x(\d+)", tokens[0], "shape", "MxNxK (e.g. 1000x4096x333)")
+    layout = Layout.parse(tokens[1], "layout") if len(tokens) > 1 else Layout.NN
+    acc = Accum.parse(tokens[2], "acc") if len(tokens) > 2 else Accum.F32
+    return Problem(m, n, k, layout, acc)

@@ -1,0 +1,125 @@
+"""Legality of a Program for its backend and arch (and, optionally, a Problem).
+
+`check()` returns the first reason a program is illegal, or None; `verify()` raises
+`VerifyError` with it. Each rule is its own predicate, run in order from the
+cheapest to the most specific; each message names the field and the limit.
+"""
+from __future__ import annotations
+
+from ir import graph
+from ir.arch import ACCUM_REG_BUDGET, LIMITS
+from ir.text import field_text
+from ir.program import DEFAULTS, Accum, IRError, Layout, Problem, Program, Schedule
+
+# Fields whose non-default values need an sm_90a feature, and which feature.
+_HOPPER_ONLY = {
+    "cluster": ("thread-block clusters", lambda p: p.cluster.size > 1),
+    "warp_spec": ("warp specialization with setmaxnreg", lambda p: p.warp_spec.value != "none"),
+    "epilogue": ("the TMA store epilogue", lambda p: p.epilogue.value == "tma"),
+}
+
+
+class VerifyError(IRError):
+    """The program is well-formed but not a legal kernel (for this backend, arch, problem)."""
+
+
+def _backend(p: Program):
+    from backends import registry
+    try:
+        return registry.get(p.backend), None
+    except KeyError as e:
+        return None, f"backend: {e.args[0]}"
+
+
+def _check_arch(p: Program, be) -> str | None:
+    if p.arch not in be.archs:
+        need = " or ".join(sorted(a.value for a in be.archs))
+        return (f"arch: {p.backend} emits {be.instruction}, which {p.arch.value} lacks "
+                f"(needs {need})")
+    if not LIMITS[p.arch].has_clusters:
+        for fld, (feature, used) in _HOPPER_ONLY.items():
+            if used(p):
+                return f"{fld}: {feature} need sm_90a; this program is {p.arch.value}"
+    return None
+
+
+def _check_fields(p: Program, be) -> str | None:
+    for fld, values in be.allowed.items():
+        value = getattr(p, fld)
+        if value in values:
+            continue
+        if len(values) == 1:
+            default = getattr(DEFAULTS, fld)
+            return (f"{fld}: {p.backend} ignores this field; leave it at its default "
+                    f"({field_text(fld, default)}), not {field_text(fld, value)}")
+        shown = ", ".join(sorted(field_text(fld, v) for v in values))
+        return f"{fld}: {p.backend} accepts {shown}; got {field_text(fld, value)}"
+    if p.schedule == Schedule.STREAM_K and p.split_k.slices > 1:
+        return "split_k: stream_k already divides K; use split_k k1 with it"
+    return None
+
+
+def _check_shape(p: Program, be) -> str | None:
+    t, w = p.tile, p.warps
+    mm, mn, mk = be.mma_shape
+    threads = w.count * be.unit_threads
+    limit = LIMITS[p.arch].max_threads_per_block
+    if threads > limit:
+        return f"warps: {w.wm}x{w.wn} units of {be.unit_threads} threads is {threads} threads; " \
+               f"the limit is {limit}"
+    if t.bm % (w.wm * mm):
+        return f"tile.bm: {t.bm} is not a multiple of warps.wm x {be.instruction} M " \
+               f"({w.wm} x {mm} = {w.wm * mm})"
+    if t.bn % (w.wn * mn):
+        return f"tile.bn: {t.bn} is not a multiple of warps.wn x {be.instruction} N " \
+               f"({w.wn} x {mn} = {w.wn * mn})"
+    if t.bk % mk:
+        return f"tile.bk: {t.bk} is not a multiple of the {be.instruction} K step ({mk})"
+    return None
+
+
+def _check_resources(p: Program, be, problem: Problem | None) -> str | None:
+    layout = problem.layout if problem else Layout.NN
+    acc = problem.acc if problem else Accum.F32
+    g = graph.build(p, be.unit_threads, layout, acc)
+    smem, budget = graph.smem_bytes(g), LIMITS[p.arch].max_smem_per_block
+    if smem > budget:
+        return (f"stages: {p.stages} stages of {p.tile.bm}x{p.tile.bn}x{p.tile.bk} need "
+                f"{smem} B of shared memory; {p.arch.value} allows {budget} B per CTA")
+    acc_regs = graph.reg_bytes(g, "acc") // 4
+    if acc_regs > ACCUM_REG_BUDGET:
+        return (f"tile: {p.tile.bm}x{p.tile.bn} over {g.graph['threads']} threads holds "
+                f"{acc_regs} {acc.value} accumulator registers per thread; the limit is "
+                f"{ACCUM_REG_BUDGET} (of {LIMITS[p.arch].max_regs_per_thread})")
+    return None
+
+
+def _check_problem(p: Program, be, problem: Problem | None) -> str | None:
+    if problem is None:
+        return None
+    if problem.layout not in be.layouts:
+        return f"layout: {p.backend} does not compute layout {problem.layout.value}"
+    if problem.acc not in be.accumulators:
+        return f"acc: {p.backend} does not accumulate in {problem.acc.value}"
+    return None
+
+
+def check(p: Program, problem: Problem | None = None) -> str | None:
+    """The first reason `p` is illegal (for `problem`, if given), or None if it is legal."""
+    be, reason = _backend(p)
+    if reason:
+        return reason
+    for rule in (_check_arch, _check_fields, _check_shape):
+        reason = rule(p, be)
+        if reason:
+            return reason
+    return (_check_resources(p, be, problem) or _check_problem(p, be, problem)
+            or be.supports(p, problem))
+
+
+def verify(p: Program, problem: Problem | None = None) -> Program:
+    """Return `p` if it is legal, else raise VerifyError naming the field and the limit."""
+    reason = check(p, problem)
+    if reason:
+        raise VerifyError(reason)
+    return p
