@@ -1,0 +1,145 @@
+"""Load a built Artifact and launch it on torch tensors, on the current CUDA stream.
+
+A loader per artifact kind (`@loader("cuda_so")`) turns an Artifact into a `Kernel`.
+`Kernel.__call__` is the user path (checks its inputs, allocates the output and a
+cached workspace); `Kernel.launch` is the lean path the benchmark uses (raw pointers,
+no checks). torch is imported lazily: building and emitting need no torch.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from abc import ABC, abstractmethod
+from typing import Callable
+
+from backends.base import Artifact
+from ir.program import Layout
+
+_LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
+
+
+def loader(kind: str):
+    """Decorator: register a function Artifact -> Kernel for artifacts of `kind`."""
+    def wrap(fn):
+        _LOADERS[kind] = fn
+        return fn
+    return wrap
+
+
+def load(artifact: Artifact) -> "Kernel":
+    """A callable Kernel for `artifact`; ValueError for a kind no loader knows."""
+    if artifact.kind not in _LOADERS:
+        import backends  # noqa: F401  (backends register their loaders on import)
+        backends.registry.names()
+    if artifact.kind not in _LOADERS:
+        raise ValueError(f"no loader for artifact kind {artifact.kind!r}; "
+                         f"known: {', '.join(sorted(_LOADERS))}")
+    return _LOADERS[artifact.kind](artifact)
+
+
+class Kernel(ABC):
+    """A loaded GEMM kernel: C[m, n] = A[m, k] @ B with the artifact's layout."""
+
+    def __init__(self, artifact: Artifact):
+        self.artifact = artifact
+        self._workspace = {}  # device index -> cached workspace tensor
+
+    @abstractmethod
+    def workspace_bytes(self, m: int, n: int, k: int) -> int:
+        """Scratch bytes one launch at (m, n, k) needs."""
+
+    @abstractmethod
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int,
+               workspace_ptr: int, workspace_bytes: int, stream: int) -> None:
+        """Enqueue one launch on `stream` (a cudaStream_t as an int); raise RuntimeError on
+        a launch error. Pointers are device addresses; no checks happen here."""
+
+    def __call__(self, a, b, out=None):
+        """C = A @ B on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for layout nn
+        and (n, k) for nt; all contiguous. Runs on the current stream."""
+        import torch
+        m, k, n = _check_operands(a, b, self.artifact.layout)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float16, device=a.device)
+        elif out.shape != (m, n) or out.dtype != torch.float16 or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous float16 tensor of shape ({m}, {n})")
+        need = self.workspace_bytes(m, n, k)
+        ws = self._scratch(a.device, need)
+        stream = torch.cuda.current_stream(a.device).cuda_stream
+        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k,
+                    ws.data_ptr() if need else 0, need, stream)
+        return out
+
+    def _scratch(self, device, need: int):
+        import torch
+        cached = self._workspace.get(device.index)
+        if cached is None or cached.numel() < need:
+            cached = torch.empty(max(need, 1), dtype=torch.uint8, device=device)
+            self._workspace[device.index] = cached
+        return cached
+
+
+def _check_operands(a, b, layout: Layout) -> tuple[int, int, int]:
+    import torch
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or not t.is_cuda:
+            raise ValueError(f"{name} must be a float16 CUDA tensor")
+        if t.dim() != 2 or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous 2-D tensor, got shape {tuple(t.shape)}")
+    m, k = a.shape
+    n, kb = (b.shape[1], b.shape[0]) if layout == Layout.NN else (b.shape[0], b.shape[1])
+    if kb != k:
+        want = "(k, n)" if layout == Layout.NN else "(n, k)"
+        raise ValueError(f"b must be {want} for layout {layout.value} with k={k}; "
+                         f"got shape {tuple(b.shape)}")
+    if a.device != b.device:
+        raise ValueError("a and b must be on the same device")
+    return m, k, n
+
+
+class SharedLibraryKernel(Kernel):
+    """A cuda-family .so with the extern "C" gemmforge_launch API, called through ctypes."""
+
+    def __init__(self, artifact: Artifact):
+        super().__init__(artifact)
+        self._lib = ctypes.CDLL(str(artifact.path))
+        self._launch = getattr(self._lib, artifact.meta.get("symbol", "gemmforge_launch"))
+        self._launch.restype = ctypes.c_int
+        self._launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self._ws = getattr(self._lib, artifact.meta.get("workspace_symbol",
+                                                        "gemmforge_workspace_bytes"))
+        self._ws.restype = ctypes.c_size_t
+        self._ws.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+
+    def workspace_bytes(self, m, n, k):
+        return int(self._ws(m, n, k))
+
+    def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
+        err = self._launch(a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr or None,
+                           workspace_bytes, stream or None)
+        if err:
+            raise RuntimeError(f"{self.artifact.program_text}: launch failed with "
+                               f"cudaError {err} ({_cuda_error_name(err)})")
+
+
+@loader("cuda_so")
+def _load_shared_library(artifact: Artifact) -> Kernel:
+    return SharedLibraryKernel(artifact)
+
+
+def _cuda_error_name(code: int) -> str:
+    try:
+        rt = ctypes.CDLL("libcudart.so")
+        rt.cudaGetErrorName.restype = ctypes.c_char_p
+        return rt.cudaGetErrorName(code).decode()
+    except OSError:
+        return "see cuda_runtime_api.h"
+
+
+def artifact_meta_json(artifact: Artifact) -> str:
+    """The artifact's record as JSON (what the cache stores beside the binary)."""
+    return json.dumps({"key": artifact.key, "kind": artifact.kind, "path": str(artifact.path),
+                       "program": artifact.program_text, "layout": artifact.layout.value,
+                       "acc": artifact.acc.value, "meta": artifact.meta}, sort_keys=True)

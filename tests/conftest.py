@@ -1,0 +1,32 @@
+"""Test tiers: CPU tests run everywhere; `gpu` tests need CUDA; `nvcc` tests need the toolkit."""
+import os
+import shutil
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    no_gpu = pytest.mark.skip(reason="no CUDA GPU here (run the gpu tier on the GPU machine)")
+    no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA toolkit or set GEMMFORGE_NVCC")
+    has_gpu = _has_cuda()
+    has_nvcc = shutil.which(os.environ.get("GEMMFORGE_NVCC", "nvcc")) is not None
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(no_gpu)
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(no_nvcc)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test session builds into its own artifact cache, never the user's."""
+    root = tmp_path_factory.getbasetemp() / "artifact-cache"
+    monkeypatch.setenv("GEMMFORGE_CACHE_DIR", str(root))

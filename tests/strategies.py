@@ -1,0 +1,42 @@
+"""Hypothesis strategies over IR values."""
+from hypothesis import strategies as st
+
+from ir.program import (
+    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_LIMITS,
+    Arch, Cluster, Epilogue, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
+    SplitK, Swizzle, Tile, WarpSpec, Warps,
+)
+
+
+def pow2(lo: int, hi: int):
+    return st.sampled_from([1 << i for i in range(12) if lo <= 1 << i <= hi])
+
+
+def tiles():
+    return st.builds(Tile, *(pow2(*TILE_LIMITS[f]) for f in ("bm", "bn", "bk")))
+
+
+def split_ks():
+    return st.integers(1, MAX_SPLIT_K).flatmap(
+        lambda s: st.builds(SplitK, st.just(s),
+                            st.sampled_from(list(Reduction) if s > 1 else [Reduction.WORKSPACE])))
+
+
+def programs(backends=("cuda_simt", "cuda_wmma", "cuda_mma", "cuda_wgmma", "triton")):
+    """Well-formed Programs (not necessarily legal for their backend)."""
+    return st.builds(
+        Program,
+        backend=st.sampled_from(backends),
+        arch=st.sampled_from(list(Arch)),
+        tile=tiles(),
+        warps=st.builds(Warps, pow2(1, MAX_WARPS_PER_DIM), pow2(1, MAX_WARPS_PER_DIM)),
+        stages=st.integers(1, MAX_STAGES),
+        swizzle=st.sampled_from(list(Swizzle)),
+        raster=st.builds(Raster, st.sampled_from(list(RasterOrder)), st.integers(1, MAX_RASTER_GROUP)),
+        padding=st.sampled_from(list(Padding)),
+        split_k=split_ks(),
+        schedule=st.sampled_from(list(Schedule)),
+        cluster=st.builds(Cluster, pow2(1, MAX_CLUSTER), pow2(1, MAX_CLUSTER)),
+        warp_spec=st.sampled_from(list(WarpSpec)),
+        epilogue=st.sampled_from(list(Epilogue)),
+    )

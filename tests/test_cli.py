@@ -1,0 +1,67 @@
+"""The gemmforge command: emit, verify, schema; bad input gets one line and exit code 2."""
+import json
+
+import pytest
+
+from compiler.cli import main
+from ir import parse, to_json
+
+GOOD = "cuda_simt sm_80 64x64x32 w2x2 s3 swpad col/4 pred k1 dp c1x1 nows direct"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_emit_with_heuristic_program(tmp_path, capsys):
+    code, out, err = run(capsys, "emit", "--shape", "1000x4096x333", "--arch", "sm_80",
+                         "-o", str(tmp_path))
+    assert code == 0, err
+    program_line, path = out.strip().splitlines()
+    assert parse(program_line).arch.value == "sm_80"
+    text = open(path).read()
+    assert "#ifdef GEMMFORGE_STANDALONE_MAIN" in text and "nvcc -O3" in text
+
+
+@pytest.mark.parametrize("form", ["text", "json", "file"])
+def test_emit_with_given_program(tmp_path, capsys, form):
+    value = {"text": GOOD, "json": json.dumps(to_json(parse(GOOD)))}.get(form)
+    if form == "file":
+        (tmp_path / "p.txt").write_text(GOOD + "\n")
+        value = f"@{tmp_path / 'p.txt'}"
+    code, out, err = run(capsys, "emit", "--shape", "17x33x65", "--layout", "nt", "--arch",
+                         "sm_80", "--program", value, "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    assert out.splitlines()[0] == GOOD
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["emit", "--shape", "1000x4096", "--arch", "sm_80", "-o", "x"],
+     "shape: '1000x4096' is not of the form MxNxK"),
+    (["emit", "--shape", "8x8x8", "--arch", "sm_75", "-o", "x"], "--arch: 'sm_75' is not one of"),
+    (["emit", "--shape", "8x8x8", "--arch", "sm_90a", "--program", GOOD, "-o", "x"],
+     "arch: the program is sm_80 but --arch is sm_90a"),
+    (["emit", "--shape", "8x8x8", "--arch", "sm_80", "--program", "{oops", "-o", "x"],
+     "program JSON: not valid JSON"),
+    (["emit", "--shape", "8x8x8", "--arch", "sm_80", "--program", "@/no/such/file", "-o", "x"],
+     "program file: No such file or directory"),
+    (["verify", GOOD.replace("c1x1", "c2x2")], "cluster: thread-block clusters need sm_90a"),
+    (["verify", "cuda_simt sm_80"], "expected 13 tokens"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_verify_ok(capsys):
+    code, out, _ = run(capsys, "verify", GOOD, "--shape", "17x33x65")
+    assert code == 0 and out.startswith("ok: ")
+
+
+def test_schema_prints_the_checked_in_schema(capsys):
+    code, out, _ = run(capsys, "schema")
+    assert code == 0 and json.loads(out)["title"] == "gemmforge Program"

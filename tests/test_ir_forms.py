@@ -1,0 +1,122 @@
+"""Text and JSON forms round-trip exactly; the JSON Schema matches what the IR accepts."""
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends import registry
+from ir import IRError, from_json, parse, parse_problem, program_schema, to_json, to_text
+from ir.program import Problem, Program
+from ir.schema import checked_in_schema
+from ir.verify import check
+from tests.strategies import programs
+
+EXAMPLE = "cuda_mma sm_80 128x128x32 w2x2 s3 sw128 row/8 pred k4a dp c1x1 nows direct"
+
+
+@given(programs())
+def test_text_round_trip(p):
+    text = to_text(p)
+    assert parse(text) == p
+    assert to_text(parse(text)) == text
+    assert len(text.split()) == 13
+
+
+@given(programs())
+def test_json_round_trip_and_schema(p):
+    obj = to_json(p)
+    assert from_json(obj) == p
+    assert from_json(json.dumps(obj)) == p
+    jsonschema.validate(obj, program_schema(None))
+    if p.backend in registry.names():
+        jsonschema.validate(obj, checked_in_schema())
+
+
+@settings(suppress_health_check=[HealthCheck.filter_too_much], max_examples=60)
+@given(programs(tuple(registry.names())))
+def test_legal_programs_round_trip_with_same_verdict(p):
+    verdict = check(p)
+    assert check(parse(to_text(p))) == verdict
+    assert check(from_json(to_json(p))) == verdict
+
+
+def test_checked_in_schema_is_current():
+    assert checked_in_schema() == program_schema(registry.names()), \
+        "run: gemmforge schema --write"
+
+
+def test_key_and_name_follow_content():
+    p = parse(EXAMPLE)
+    assert p.key == parse(EXAMPLE).key
+    assert p.replace(stages=4).key != p.key
+    assert p.name.startswith("gf_cuda_mma_sm80_128x128x32_w2x2_s3_")
+    assert p.name.endswith(p.key[:8])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("cuda_mma sm_80 128x128x32", "expected 13 tokens"),
+    (EXAMPLE.replace("128x128x32", "128x96x32"), "tile.bn: 96 is not a power of two"),
+    (EXAMPLE.replace("w2x2", "w2-2"), "warps: 'w2-2' is not of the form wWMxWN"),
+    (EXAMPLE.replace("sm_80", "sm_70"), "arch: 'sm_70' is not one of sm_80, sm_90a"),
+    (EXAMPLE.replace("s3", "s9"), "stages: 9 is outside 1..8"),
+    (EXAMPLE.replace("sw128", "sw256"), "swizzle: 'sw256' is not one of"),
+    (EXAMPLE.replace("k4a", "k1a"), "split_k.reduction: must be 'workspace'"),
+    (EXAMPLE.replace("k4a", "k17"), "split_k.slices: 17 is outside 1..16"),
+    (EXAMPLE.replace("row/8", "diag/8"), "raster: 'diag/8' is not of the form"),
+    (EXAMPLE.replace("cuda_mma", "CUDA!"), "backend: 'CUDA!' is not a backend name"),
+])
+def test_text_errors_name_the_field(text, message):
+    with pytest.raises(IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse(text)
+
+
+@pytest.mark.parametrize("obj, message", [
+    ("{not json", "not valid JSON"),
+    ({"version": 1}, "'backend' is a required property"),
+    ({**to_json(parse(EXAMPLE)), "version": 2}, "version: 1 was expected"),
+    ({**to_json(parse(EXAMPLE)), "stages": 0}, "stages: 0 is less than the minimum of 1"),
+    ({**to_json(parse(EXAMPLE)), "tile": {"bm": 128, "bn": 128}}, "'bk' is a required property"),
+    ({**to_json(parse(EXAMPLE)), "extra": 1}, "Additional properties are not allowed"),
+])
+def test_json_errors_name_the_field(obj, message):
+    with pytest.raises(IRError, match=message):
+        from_json(obj)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1000x4096x333", Problem(1000, 4096, 333)),
+    ("17x33x65 nt f16", Problem(17, 33, 65, "nt", "f16")),
+])
+def test_parse_problem(text, expected):
+    assert parse_problem(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1000x4096", "shape: '1000x4096' is not of the form MxNxK"),
+    ("0x4x4", "m: 0 is outside"),
+    ("4x4x4 tn", "layout: 'tn' is not one of nn, nt"),
+    ("4x4x4 nn bf16", "acc: 'bf16' is not one of f32, f16"),
+])
+def test_problem_errors(text, message):
+    with pytest.raises(IRError, match=message):
+        parse_problem(text)
+
+
+def test_program_is_frozen_and_validates_replacements():
+    p = parse(EXAMPLE)
+    with pytest.raises(AttributeError):
+        p.stages = 4
+    with pytest.raises(IRError, match="stages"):
+        p.replace(stages=0)
+    with pytest.raises(IRError, match="tile: expected a Tile"):
+        Program("cuda_mma", tile=(128, 128, 32))
+
+
+@given(st.text(max_size=80))
+def test_parse_never_raises_anything_but_irerror(text):
+    try:
+        parse(text)
+    except IRError:
+        pass

@@ -1,0 +1,89 @@
+"""verify() rejects illegal programs with a message naming the field and the limit."""
+import pytest
+
+from ir import Problem, VerifyError, parse, verify
+from ir import graph
+from ir.verify import check
+
+OK = "cuda_mma sm_80 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
+
+
+def test_legal_program_passes():
+    p = parse(OK)
+    assert verify(p) is p
+    assert check(p, Problem(1000, 4096, 333, "nt", "f16")) is None
+
+
+CASES = [
+    # unknown backend
+    (OK.replace("cuda_mma", "no_such"), "backend: backend 'no_such' is not registered; known: "),
+    # shared memory over the arch budget
+    (OK.replace("128x128x32", "256x256x64").replace("w2x2", "w4x4").replace("s3", "s4"),
+     "stages: 4 stages of 256x256x64 need 262144 B of shared memory; sm_80 allows 166912 B"),
+    # tile not divisible by warps x MMA shape
+    (OK.replace("128x128x32", "128x16x32"), "tile.bn: 16 is not a multiple of warps.wn x "
+                                            "mma.sync.m16n8k16 N (2 x 16 = 32)"),
+    (OK.replace("128x128x32", "128x128x8").replace("sw128", "swnone"),
+     "tile.bk: 8 is not a multiple of the mma.sync.m16n8k16 K step (16)"),
+    # a field the backend ignores set away from its default
+    (OK.replace(" dp ", " persistent "), "schedule: cuda_mma ignores this field; leave it at "
+                                         "its default (dp), not persistent"),
+    (OK.replace("sm_80", "sm_90a").replace("direct", "tma"),
+     "epilogue: cuda_mma ignores this field; leave it at its default (direct), not tma"),
+    # a value the backend doesn't accept
+    (OK.replace("cuda_mma", "cuda_wmma").replace("sw128", "sw64"),
+     "swizzle: cuda_wmma accepts swnone, swpad; got sw64"),
+    # Hopper features on sm_80
+    (OK.replace("c1x1", "c2x1"), "cluster: thread-block clusters need sm_90a; this program is sm_80"),
+    (OK.replace("nows", "coop"), "warp_spec: warp specialization with setmaxnreg need sm_90a"),
+    # threads per block
+    (OK.replace("128x128x32", "256x256x32").replace("w2x2", "w8x8").replace("s3", "s1"),
+     "warps: 8x8 units of 32 threads is 2048 threads; the limit is 1024"),
+    # accumulator registers
+    (OK.replace("128x128x32", "256x256x16").replace("w2x2", "w2x2").replace("s3", "s2"),
+     "holds 512 f32 accumulator registers per thread; the limit is 160"),
+]
+
+
+@pytest.mark.parametrize("text, message", CASES)
+def test_illegal_programs_name_field_and_limit(text, message):
+    with pytest.raises(VerifyError) as e:
+        verify(parse(text))
+    assert message in str(e.value)
+
+
+def test_arch_lacking_the_instruction(monkeypatch):
+    """A backend built on an sm_90a-only instruction is refused on sm_80, naming both."""
+    from backends import registry
+    from backends.base import Backend
+    from ir.program import Arch
+
+    class FakeWgmma(Backend):
+        name, archs, instruction, mma_shape, unit_threads = \
+            "fake_wgmma", frozenset({Arch.SM90A}), "wgmma.mma_async", (64, 8, 16), 128
+        lower = build = None
+
+    registry._load()
+    monkeypatch.setitem(registry._backends, "fake_wgmma", FakeWgmma.__new__(FakeWgmma))
+    with pytest.raises(VerifyError, match="arch: fake_wgmma emits wgmma.mma_async, which "
+                                          "sm_80 lacks \\(needs sm_90a\\)"):
+        verify(parse(OK.replace("cuda_mma", "fake_wgmma")))
+
+
+def test_problem_layout_changes_smem_accounting():
+    """Padded rows: an nt B tile has bn rows of bk, an nn B tile bk rows of bn."""
+    p = parse(OK.replace("sw128", "swpad"))
+    nn = graph.smem_bytes(graph.build(p, 32, Problem(64, 64, 64, "nn").layout))
+    nt = graph.smem_bytes(graph.build(p, 32, Problem(64, 64, 64, "nt").layout))
+    # A: 3 x 128 x (32+8) x 2; B nn: 3 x 32 x (128+8) x 2; B nt: 3 x 128 x (32+8) x 2
+    assert nn == 3 * 128 * 40 * 2 + 3 * 32 * 136 * 2
+    assert nt == 3 * 128 * 40 * 2 * 2
+
+
+def test_graph_is_a_dag_from_operands_to_c():
+    import networkx as nx
+    g = graph.build(parse(OK.replace("k1", "k4")))
+    assert nx.is_directed_acyclic_graph(g)
+    assert nx.has_path(g, "A.gmem", "C.gmem") and nx.has_path(g, "B.gmem", "C.gmem")
+    assert "partials" in g
+    assert "A.smem[2] --smem_to_reg--> A.frag" in graph.describe(g)
