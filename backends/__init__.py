@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 from backends.base import Artifact, Backend, BuildError, Source, Target
 
 ENTRY_POINT_GROUP = "gemmforge.backends"
-_IN_TREE = ("backends.cuda",)
+_IN_TREE = ("backends.cuda", "backends.triton")
 
 __all__ = ["Artifact", "Backend", "BuildError", "Source", "Target", "register", "registry"]
 

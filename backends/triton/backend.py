@@ -1,0 +1,164 @@
+"""The triton backend: one jinja2 template rendered into a Triton kernel.py, compiled ahead
+of time with `triton.compile` for `GPUTarget("cuda", 80 or 90, 32)` (no GPU needed), and
+launched by backends.triton.runtime."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import traceback
+from pathlib import Path
+
+from backends import register
+from backends.base import Artifact, Backend, BuildError, Source, Target
+from backends.templating import fingerprint as template_fingerprint
+from backends.templating import render
+from backends.triton import toolchain
+from backends.triton.plan import (
+    TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, make_plan, template_context, uses_tma,
+)
+from ir.arch import LIMITS
+from ir.program import (
+    DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Schedule, Swizzle, WarpSpec,
+)
+
+TEMPLATES = Path(__file__).with_name("templates")
+ENTRY = "kernel.py"
+WARPGROUP_WARPS = 4     # wgmma is issued by whole warpgroups of 4 warps
+WGMMA_M = 64            # rows of C one warpgroup's wgmma covers
+
+
+@register
+class TritonBackend(Backend):
+    """Triton kernels: tl.dot lowers to mma.sync on sm_80 and to wgmma on sm_90a.
+
+    IR fields, and what they become:
+      tile      BLOCK_M x BLOCK_N x BLOCK_K constexprs
+      warps     num_warps = wm * wn. Triton lays warps out itself, so only the count
+                matters; mma_shape (16, 16, 16) keeps verify's divisibility sane
+      stages    num_stages (Triton's software pipeline depth)
+      raster    grouped ordering: GROUP consecutive tile-rows (row) or tile-columns (col)
+      split_k   SPLIT_K slices of K, each a whole number of BLOCK_K steps. workspace:
+                every slice stores fp32 partials, then a reduce kernel sums and casts
+                to C; atomic: a zero kernel, fp32 atomic adds, then the same kernel casts
+      schedule  data_parallel (one program per work unit) or persistent (one program
+                per SM, the count read from the device at load time, looping over units)
+      epilogue  direct: masked pointer loads and stores. tma (sm_90a only): A, B and C
+                move through TMA tensor descriptors built on the host; Triton picks
+                the shared-memory swizzle (128B for 64-wide fp16 rows) itself. This is
+                the one field that switches TMA on.
+      swizzle, padding, cluster, warp_spec: defaults only (none, predicate, 1x1, none):
+                Triton chooses shared layouts and masks ragged edges itself.
+
+    Constraints:
+      - sm_90a: warps.count a multiple of 4 and tile.bm a multiple of 64, else Triton
+        would silently fall back to mma.sync (write such programs for sm_80);
+      - epilogue tma: tile.bm and tile.bn at most 256; n and k multiples of 8;
+      - operand pointers 16-byte aligned (torch allocations are); m, n, k any size.
+    """
+
+    name = "triton"
+    archs = frozenset({Arch.SM80, Arch.SM90A})
+    instruction = "tl.dot (mma.sync on sm_80, wgmma on sm_90a)"
+    mma_shape = (16, 16, 16)
+    unit_threads = 32
+    allowed = {
+        "swizzle": frozenset({Swizzle.NONE}),
+        "padding": frozenset({Padding.PREDICATE}),
+        "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}),
+        "cluster": frozenset({DEFAULTS.cluster}),
+        "warp_spec": frozenset({WarpSpec.NONE}),
+        "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
+    }
+
+    def supports(self, program: Program, problem: Problem | None = None) -> str | None:
+        if program.arch == Arch.SM90A:
+            if program.warps.count % WARPGROUP_WARPS:
+                return (f"warps: sm_90a needs whole warpgroups for wgmma ({program.warps.count} "
+                        f"warps is not a multiple of {WARPGROUP_WARPS}); use sm_80 for mma.sync")
+            if program.tile.bm % WGMMA_M:
+                return (f"tile.bm: sm_90a needs a multiple of {WGMMA_M} for wgmma, got "
+                        f"{program.tile.bm}; use sm_80 for mma.sync")
+        if uses_tma(program):
+            return _tma_reason(program, problem)
+        return None
+
+    def lower(self, program: Program, problem: Problem) -> Source:
+        text = render(TEMPLATES, "gemm.py.jinja", template_context(program, problem))
+        return Source(program, problem, "triton", {ENTRY: text}, ENTRY,
+                      meta={"plan": make_plan(program, problem).as_json()})
+
+    def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
+        program, problem = source.program, source.problem
+        plan = make_plan(program, problem)
+        capability, env = toolchain.capability_for(program.arch, target.device_sm)
+        aligned = toolchain.aligned_params(problem.m, problem.n, problem.k)
+        (out_dir / source.entry).write_text(source.text)
+        record = {"plan": plan.as_json(), "capability": capability, "env": env,
+                  "aligned": list(aligned), "entry": source.entry}
+        (out_dir / "plan.json").write_text(json.dumps(record, indent=1, sort_keys=True))
+        module = _load(out_dir, source.entry)
+        compiled = [_compile(module, kernel, record, out_dir, program) for kernel in plan.kernels]
+        meta = {**record, "triton_version": toolchain.version(), "kernels": compiled}
+        path = out_dir / f"{program.name}.json"
+        path.write_text(json.dumps(meta, indent=1, sort_keys=True))
+        return Artifact(key="", kind="triton", path=path, program_text=str(program),
+                        layout=problem.layout, acc=problem.acc, meta=meta)
+
+    def fingerprint(self) -> str:
+        return _fingerprint(toolchain.version())
+
+
+def _tma_reason(program: Program, problem: Problem | None) -> str | None:
+    t = program.tile
+    if max(t.bm, t.bn) > TMA_MAX_BOX_ROWS:
+        return (f"tile: epilogue tma needs bm and bn at most {TMA_MAX_BOX_ROWS} (the TMA box "
+                f"limit), got {t.bm}x{t.bn}")
+    halves = TMA_ROW_ALIGN_HALFS
+    if problem is not None and (problem.n % halves or problem.k % halves):
+        return (f"epilogue: tma needs n and k multiples of {halves} (16-byte row strides "
+                f"for TMA descriptors), got n={problem.n}, k={problem.k}; use epilogue direct")
+    return None
+
+
+def _load(out_dir: Path, entry: str):
+    try:
+        return toolchain.load_module(out_dir / entry)
+    except Exception as e:  # a template bug: the rendered file does not even import
+        raise BuildError(f"the rendered {entry} does not import: {type(e).__name__}: {e}",
+                         toolchain.repro_command(out_dir), str(out_dir / entry),
+                         traceback.format_exc()) from None
+
+
+def _compile(module, kernel, record: dict, out_dir: Path, program: Program) -> dict:
+    """Compile one kernel of the plan, write its PTX and cubin, return its record."""
+    try:
+        compiled = toolchain.compile_kernel(module, kernel, record["capability"], record["env"],
+                                            tuple(record["aligned"]))
+    except BuildError:
+        raise
+    except Exception as e:
+        raise BuildError(f"triton failed to compile {kernel.name}: {type(e).__name__}: {e}",
+                         toolchain.repro_command(out_dir), str(out_dir / record["entry"]),
+                         traceback.format_exc()) from None
+    shared, limit = compiled.metadata.shared, LIMITS[program.arch].max_smem_per_block
+    if shared > limit:
+        raise BuildError(f"{kernel.name} needs {shared} B of shared memory; "
+                         f"{program.arch.value} allows {limit} B per CTA (lower stages or tile)",
+                         toolchain.repro_command(out_dir), str(out_dir / record["entry"]))
+    (out_dir / f"{kernel.name}.ptx").write_text(compiled.asm["ptx"])
+    (out_dir / f"{kernel.name}.cubin").write_bytes(compiled.asm["cubin"])
+    return {"role": kernel.role, "name": kernel.name, "function": compiled.metadata.name,
+            "shared": shared, "num_warps": compiled.metadata.num_warps,
+            "num_stages": kernel.num_stages, "ptx": f"{kernel.name}.ptx",
+            "cubin": f"{kernel.name}.cubin"}
+
+
+@functools.lru_cache(maxsize=None)
+def _fingerprint(triton_version: str) -> str:
+    """Templates, this package's own Python source, and the Triton version."""
+    h = hashlib.sha256(template_fingerprint(str(TEMPLATES)).encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(f"triton {triton_version}".encode())
+    return h.hexdigest()

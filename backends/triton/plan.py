@@ -1,0 +1,169 @@
+"""What a triton-backend program launches, as plain data: the kernels of its kernel.py in
+launch order (names, Triton signatures, constexprs, warps, stages, grid rule), its tensor
+descriptors and its workspace; and the template context that renders kernel.py.
+
+Pure Python with no triton import: `lower()` renders from it, `build()` compiles from it,
+and the runtime launches from its JSON form (stored in the artifact's metadata).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ir.program import Accum, Epilogue, Layout, Problem, Program, RasterOrder, Reduction, Schedule
+
+ELEMENTWISE_BLOCK = 1024   # elements per program of the split-K zero and reduce kernels
+ELEMENTWISE_WARPS = 4
+ALIGN_HINT = 16            # tt.divisibility Triton is told for aligned pointers and sizes
+F32_BYTES = 4
+TMA_ROW_ALIGN_HALFS = 8    # TMA descriptors need 16-byte aligned row strides (8 fp16)
+TMA_MAX_BOX_ROWS = 256     # a TMA box spans at most 256 elements per dimension
+
+# Integer parameters whose alignment selects a compiled variant, and the problem
+# dimension product each one stands for (NUMEL = M * N).
+ALIGNABLE = ("N", "K", "NUMEL")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One @triton.jit kernel of kernel.py and how to launch it.
+
+    `signature` maps every parameter, in order, to its Triton type ("*fp16", "i32",
+    "tensordesc<fp16[128, 64]>", or "constexpr"); `grid` is "tiles" (one program per
+    work unit), "persistent" (min(SM count, work units)) or "elements" (NUMEL / BLOCK).
+    """
+
+    role: str          # gemm, zero or reduce
+    name: str
+    signature: dict[str, str]
+    constexprs: dict[str, int]
+    num_warps: int
+    num_stages: int
+    grid: str
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(self.signature)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The kernels one GEMM launch runs, in order, and what they need from the host.
+
+    `descriptors` maps a tensor-descriptor parameter to [rows, cols] (names of the
+    problem sizes giving its global shape; strides follow, row-major) and its block
+    shape; `workspace_slices` is how many fp32 M x N buffers the workspace holds.
+    """
+
+    kernels: tuple[KernelPlan, ...]
+    descriptors: dict[str, dict]
+    workspace_slices: int
+    tile: tuple[int, int, int]
+    split_k: int
+
+    def workspace_bytes(self, m: int, n: int, k: int) -> int:
+        return self.workspace_slices * m * n * F32_BYTES
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchPlan":
+        kernels = tuple(KernelPlan(**k) for k in data["kernels"])
+        return cls(kernels, data["descriptors"], data["workspace_slices"],
+                   tuple(data["tile"]), data["split_k"])
+
+
+def uses_tma(program: Program) -> bool:
+    """epilogue=tma switches the whole kernel to TMA tensor descriptors (sm_90a only)."""
+    return program.epilogue == Epilogue.TMA
+
+
+def _descriptors(program: Program, layout: Layout) -> dict[str, dict]:
+    t = program.tile
+    descs = {"a_desc": {"dims": ["M", "K"], "block": [t.bm, t.bk]}}
+    if layout == Layout.NN:
+        descs["b_desc"] = {"dims": ["K", "N"], "block": [t.bk, t.bn]}
+    else:
+        descs["b_desc"] = {"dims": ["N", "K"], "block": [t.bn, t.bk]}
+    if program.split_k.slices == 1:  # split-K writes C from the reduce kernel instead
+        descs["c_desc"] = {"dims": ["M", "N"], "block": [t.bm, t.bn]}
+    return descs
+
+
+def _operand_types(program: Program, layout: Layout) -> dict[str, str]:
+    if not uses_tma(program):
+        return {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    types = {name: "tensordesc<fp16[{}, {}]>".format(*d["block"])
+             for name, d in _descriptors(program, layout).items()}
+    types.setdefault("c_ptr", "*fp16")
+    return types
+
+
+def _gemm_kernel(program: Program, layout: Layout) -> KernelPlan:
+    t = program.tile
+    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", "M": "i32",
+                 "N": "i32", "K": "i32", "NUM_PROGRAMS": "i32"}
+    constexprs = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk,
+                  "GROUP": program.raster.group, "SPLIT_K": program.split_k.slices}
+    signature.update({name: "constexpr" for name in constexprs})
+    grid = "persistent" if program.schedule == Schedule.PERSISTENT else "tiles"
+    return KernelPlan("gemm", program.name, signature, constexprs, program.warps.count,
+                      program.stages, grid)
+
+
+def _elementwise_kernel(program: Program, role: str, slices: int) -> KernelPlan:
+    signature = {"ws_ptr": "*fp32"}
+    constexprs = {"BLOCK": ELEMENTWISE_BLOCK}
+    if role == "reduce":
+        signature["c_ptr"] = "*fp16"
+        constexprs = {"SLICES": slices, **constexprs}
+    signature["NUMEL"] = "i64"
+    signature.update({name: "constexpr" for name in constexprs})
+    return KernelPlan(role, f"{program.name}_{role}", signature, constexprs,
+                      ELEMENTWISE_WARPS, 1, "elements")
+
+
+def make_plan(program: Program, problem: Problem) -> LaunchPlan:
+    """The launch plan of `program` for `problem`'s layout (assumes verify passed)."""
+    split = program.split_k
+    gemm = _gemm_kernel(program, problem.layout)
+    if split.slices == 1:
+        kernels, slices = (gemm,), 0
+    elif split.reduction == Reduction.ATOMIC:
+        kernels = (_elementwise_kernel(program, "zero", 1), gemm,
+                   _elementwise_kernel(program, "reduce", 1))
+        slices = 1
+    else:
+        kernels = (gemm, _elementwise_kernel(program, "reduce", split.slices))
+        slices = split.slices
+    descs = _descriptors(program, problem.layout) if uses_tma(program) else {}
+    t = program.tile
+    return LaunchPlan(kernels, descs, slices, (t.bm, t.bn, t.bk), split.slices)
+
+
+def template_context(program: Program, problem: Problem) -> dict:
+    """Everything gemm.py.jinja reads; the template does no arithmetic."""
+    tma, nt = uses_tma(program), problem.layout == Layout.NT
+    split = program.split_k.slices > 1
+    persistent = program.schedule == Schedule.PERSISTENT
+    order = "columns" if program.raster.order == RasterOrder.COL else "rows"
+    return {
+        "kernel_name": program.name,
+        "program_text": str(program),
+        "layout": problem.layout.value,
+        "acc": problem.acc.value,
+        "b_shape": "N x K" if nt else "K x N",
+        "acc_dtype": "tl.float32" if problem.acc == Accum.F32 else "tl.float16",
+        "tma": tma,
+        "layout_nt": nt,
+        "split": split,
+        "atomic": split and program.split_k.reduction == Reduction.ATOMIC,
+        "persistent": persistent,
+        "raster_col": program.raster.order == RasterOrder.COL,
+        "raster_doc": f"tiles of C along {order}, in groups of GROUP",
+        "schedule_doc": ("a persistent grid of one program per SM loops over the units."
+                         if persistent else "one program per work unit."),
+        "a_arg": "a_desc" if tma else "a_ptr",
+        "b_arg": "b_desc" if tma else "b_ptr",
+        "c_arg": "c_desc" if tma and not split else "c_ptr",
+    }

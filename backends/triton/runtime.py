@@ -1,0 +1,139 @@
+"""Loading and launching triton artifacts: `@loader("triton")` gives a compiler.runtime.Kernel.
+
+The loader recompiles the artifact's kernel.py through the local Triton for the current
+device (toolchain.compile_kernel, the same call the build made, so Triton's own cache
+usually answers at once) rather than loading the stored cubin: a cubin is tied to the
+Triton release whose launcher passes its arguments, and the GPU machine's Triton need
+not be the build machine's. The stored PTX and cubin stay as the build's record.
+
+The host path is lean: per launch, one dict of argument values and, for each kernel of
+the plan, one call of the CompiledKernel's launcher with its function handle and packed
+metadata (what `compiled[grid](...)` does, minus its per-call lookups). Pointers go in
+as plain ints, which Triton's launchers accept; TMA descriptors are host-side
+`TensorDescriptor`s over a tiny pointer shim. Launch hooks (proton) are not called.
+A variant per alignment class of (n, k, m * n) is compiled on first use.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends.base import Artifact
+from backends.triton import toolchain
+from backends.triton.plan import (
+    ALIGN_HINT, ELEMENTWISE_BLOCK, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
+)
+from compiler.runtime import Kernel, loader
+
+
+class DevicePointer:
+    """A raw device address that looks enough like a fp16 tensor for TensorDescriptor."""
+
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _Step:
+    """One kernel of the plan, compiled and ready to launch."""
+
+    def __init__(self, plan: KernelPlan, compiled, tile: tuple[int, int, int], split_k: int):
+        self.plan, self.tile, self.split_k = plan, tile, split_k
+        self.run = compiled.run            # loads the module on the current device
+        self.function = compiled.function
+        self.packed = compiled.packed_metadata
+        self.params = [(name, ty == "constexpr", plan.constexprs.get(name))
+                       for name, ty in plan.signature.items()]
+
+    def grid(self, m: int, n: int, num_sms: int) -> int:
+        if self.plan.grid == "elements":
+            return _cdiv(m * n, ELEMENTWISE_BLOCK)
+        bm, bn, _ = self.tile
+        units = _cdiv(m, bm) * _cdiv(n, bn) * self.split_k
+        return min(units, num_sms) if self.plan.grid == "persistent" else units
+
+    def launch(self, values: dict, m: int, n: int, num_sms: int, stream: int) -> None:
+        grid = self.grid(m, n, num_sms)
+        values["NUM_PROGRAMS"] = grid
+        args = [const if is_const else values[name] for name, is_const, const in self.params]
+        self.run(grid, 1, 1, stream, self.function, self.packed, None, None, None, *args)
+
+
+class TritonKernel(Kernel):
+    """A loaded triton artifact: the plan's kernels, compiled per alignment variant."""
+
+    def __init__(self, artifact: Artifact):
+        import torch
+        import triton  # noqa: F401  (fail here, clearly, where Triton is missing)
+        super().__init__(artifact)
+        meta = artifact.meta
+        self.plan = LaunchPlan.from_json(meta["plan"])
+        self._module = toolchain.load_module(Path(artifact.path).with_name(meta["entry"]))
+        device = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(device)
+        self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self._capability, self._env = toolchain.capability_for(
+            _arch_of(artifact), major * 10 + minor)
+        self._f16 = torch.float16
+        self._variants: dict[tuple[str, ...], list[_Step]] = {}
+        self._steps(tuple(meta["aligned"]))  # the built variant: fail at load, not launch
+
+    def _steps(self, aligned: tuple[str, ...]) -> list[_Step]:
+        steps = self._variants.get(aligned)
+        if steps is None:
+            steps = [_Step(k, toolchain.compile_kernel(self._module, k, self._capability,
+                                                       self._env, aligned),
+                           self.plan.tile, self.plan.split_k)
+                     for k in self.plan.kernels]
+            self._variants[aligned] = steps
+        return steps
+
+    def workspace_bytes(self, m: int, n: int, k: int) -> int:
+        return self.plan.workspace_bytes(m, n, k)
+
+    def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
+        if (a_ptr | b_ptr | c_ptr | (workspace_ptr or 0)) % ALIGN_HINT:
+            raise ValueError(f"{self.artifact.program_text}: a, b, c and the workspace must "
+                             f"be {ALIGN_HINT}-byte aligned")
+        if workspace_bytes < self.plan.workspace_bytes(m, n, k):
+            raise ValueError(f"{self.artifact.program_text}: needs a workspace of "
+                             f"{self.plan.workspace_bytes(m, n, k)} B at {m}x{n}x{k}, "
+                             f"got {workspace_bytes} B")
+        values = {"a_ptr": a_ptr, "b_ptr": b_ptr, "c_ptr": c_ptr, "ws_ptr": workspace_ptr or 0,
+                  "M": m, "N": n, "K": k, "NUMEL": m * n}
+        if self.plan.descriptors:
+            values.update(self._descriptors(values))
+        for step in self._steps(toolchain.aligned_params(m, n, k)):
+            step.launch(values, m, n, self._num_sms, stream or 0)
+
+    def _descriptors(self, values: dict) -> dict:
+        """Host TMA descriptors over the operands (Triton fills the CUtensorMap at launch)."""
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        bases = {"a_desc": "a_ptr", "b_desc": "b_ptr", "c_desc": "c_ptr"}
+        out = {}
+        for name, desc in self.plan.descriptors.items():
+            rows, cols = (values[d] for d in desc["dims"])
+            if cols % TMA_ROW_ALIGN_HALFS:
+                raise ValueError(f"{self.artifact.program_text}: TMA needs rows of a multiple "
+                                 f"of {TMA_ROW_ALIGN_HALFS} halves; {name} is {rows} x {cols} "
+                                 "(use epilogue direct)")
+            base = DevicePointer(values[bases[name]], self._f16)
+            out[name] = TensorDescriptor(base, [rows, cols], [cols, 1], list(desc["block"]))
+        return out
+
+
+def _arch_of(artifact: Artifact):
+    from ir.text import parse
+    return parse(artifact.program_text).arch
+
+
+@loader("triton")
+def load_triton(artifact: Artifact) -> Kernel:
+    return TritonKernel(artifact)
