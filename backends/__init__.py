@@ -2,6 +2,7 @@
 `gemmforge.backends` entry-point group. Nothing outside this package names a backend."""
 from __future__ import annotations
 
+import threading
 from importlib import import_module
 from importlib.metadata import entry_points
 
@@ -17,6 +18,8 @@ class _Registry:
     def __init__(self):
         self._backends: dict[str, Backend] = {}
         self._loaded = False
+        self.unavailable: dict[str, str] = {}  # module -> why it could not be imported
+        self._lock = threading.RLock()  # builder threads may look up backends concurrently
 
     def add(self, cls: type[Backend]) -> type[Backend]:
         if cls.name in self._backends and type(self._backends[cls.name]) is not cls:
@@ -27,16 +30,24 @@ class _Registry:
     def _load(self) -> None:
         if self._loaded:
             return
-        self._loaded = True
-        for module in _IN_TREE:
-            import_module(module)
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            ep.load()  # the module registers itself with @register
+        with self._lock:
+            if self._loaded:
+                return
+            for module in _IN_TREE:
+                try:
+                    import_module(module)
+                except ImportError as e:  # a backend whose toolchain isn't installed here
+                    self.unavailable[module] = str(e)
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                ep.load()  # the module registers itself with @register
+            self._loaded = True
 
     def get(self, name: str) -> Backend:
         self._load()
         if name not in self._backends:
-            raise KeyError(f"backend {name!r} is not registered; known: {', '.join(self.names())}")
+            missing = "".join(f"; {m} not loaded ({why})" for m, why in self.unavailable.items())
+            raise KeyError(f"backend {name!r} is not registered; known: "
+                           f"{', '.join(self.names())}{missing}")
         return self._backends[name]
 
     def names(self) -> list[str]:
