@@ -106,3 +106,14 @@ def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "PASS" in done.stdout
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_ops_matmul_drop_in(layout):
+    """compiler.ops.matmul picks a program (database or heuristic), builds it once, runs it."""
+    import torch
+    from compiler.ops import matmul
+    a, b, b_arg = operands(1000, 4096, 333, layout)
+    out = matmul(a, b_arg, layout=layout)
+    ref = a.float() @ b.float()
+    assert (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)).item() < 5e-3
