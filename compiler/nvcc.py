@@ -66,3 +66,30 @@ def compile_cuda(source_path: Path, output: Path, flags: list[str], shared: bool
     if done.returncode != 0:
         raise BuildError(f"nvcc failed with exit code {done.returncode}", repro,
                          str(source_path), done.stderr + done.stdout)
+
+
+def cuobjdump() -> str | None:
+    """A cuobjdump to disassemble with: on PATH, beside nvcc, or the one Triton ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    nvcc_path = shutil.which(knobs().nvcc)
+    if nvcc_path:
+        beside = Path(nvcc_path).resolve().parent / "cuobjdump"
+        if beside.exists():
+            return str(beside)
+    try:
+        import triton
+    except ImportError:
+        return None
+    shipped = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(shipped) if shipped.exists() else None
+
+
+def disassemble(binary: Path, what: str = "--dump-sass") -> str:
+    """cuobjdump's output for `binary` ('' when no cuobjdump is at hand)."""
+    tool = cuobjdump()
+    if tool is None:
+        return ""
+    return subprocess.run([tool, what, str(binary)], capture_output=True, text=True,
+                          timeout=120).stdout
