@@ -15,7 +15,7 @@ from backends.templating import fingerprint as template_fingerprint
 from backends.templating import render
 from backends.triton import toolchain
 from backends.triton.plan import (
-    TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, make_plan, template_context, uses_tma,
+    TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, aligned_params, make_plan, template_context, uses_tma,
 )
 from ir.arch import LIMITS
 from ir.program import (
@@ -92,7 +92,7 @@ class TritonBackend(Backend):
         program, problem = source.program, source.problem
         plan = make_plan(program, problem)
         capability, env = toolchain.capability_for(program.arch, target.device_sm)
-        aligned = toolchain.aligned_params(problem.m, problem.n, problem.k)
+        aligned = aligned_params(problem.m, problem.n, problem.k)
         (out_dir / source.entry).write_text(source.text)
         record = {"plan": plan.as_json(), "capability": capability, "env": env,
                   "aligned": list(aligned), "entry": source.entry}

@@ -40,9 +40,10 @@ class KernelPlan:
     num_stages: int
     grid: str
 
-    @property
-    def params(self) -> tuple[str, ...]:
-        return tuple(self.signature)
+    def args(self, values: dict) -> list:
+        """Positional launch arguments: `values` by parameter name, constexprs as planned."""
+        return [self.constexprs[name] if ty == "constexpr" else values[name]
+                for name, ty in self.signature.items()]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,14 @@ class LaunchPlan:
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         return self.workspace_slices * m * n * F32_BYTES
 
+    def grid(self, kernel: KernelPlan, m: int, n: int, num_sms: int) -> int:
+        """Programs (a 1-D grid) `kernel` launches at m x n on a device of `num_sms` SMs."""
+        if kernel.grid == "elements":
+            return _cdiv(m * n, ELEMENTWISE_BLOCK)
+        bm, bn, _ = self.tile
+        units = _cdiv(m, bm) * _cdiv(n, bn) * self.split_k
+        return min(units, num_sms) if kernel.grid == "persistent" else units
+
     def as_json(self) -> dict:
         return asdict(self)
 
@@ -71,6 +80,10 @@ class LaunchPlan:
         kernels = tuple(KernelPlan(**k) for k in data["kernels"])
         return cls(kernels, data["descriptors"], data["workspace_slices"],
                    tuple(data["tile"]), data["split_k"])
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def uses_tma(program: Program) -> bool:
@@ -95,7 +108,8 @@ def _operand_types(program: Program, layout: Layout) -> dict[str, str]:
         return {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
     types = {name: "tensordesc<fp16[{}, {}]>".format(*d["block"])
              for name, d in _descriptors(program, layout).items()}
-    types.setdefault("c_ptr", "*fp16")
+    if "c_desc" not in types:  # split-K: the reduce kernel writes C through a pointer
+        types["c_ptr"] = "*fp16"
     return types
 
 
@@ -141,8 +155,16 @@ def make_plan(program: Program, problem: Problem) -> LaunchPlan:
     return LaunchPlan(kernels, descs, slices, (t.bm, t.bn, t.bk), split.slices)
 
 
+def aligned_params(m: int, n: int, k: int) -> tuple[str, ...]:
+    """The ALIGNABLE integer arguments that are multiples of ALIGN_HINT at (m, n, k)."""
+    values = {"N": n, "K": k, "NUMEL": m * n}
+    return tuple(name for name in ALIGNABLE if values[name] % ALIGN_HINT == 0)
+
+
 def template_context(program: Program, problem: Problem) -> dict:
-    """Everything gemm.py.jinja reads; the template does no arithmetic."""
+    """Everything gemm.py.jinja reads; the template does no arithmetic. The alignment
+    variant is named in the file so that it is part of the artifact's cache key."""
+    aligned = aligned_params(problem.m, problem.n, problem.k)
     tma, nt = uses_tma(program), problem.layout == Layout.NT
     split = program.split_k.slices > 1
     persistent = program.schedule == Schedule.PERSISTENT
@@ -163,6 +185,8 @@ def template_context(program: Program, problem: Problem) -> dict:
         "raster_doc": f"tiles of C along {order}, in groups of GROUP",
         "schedule_doc": ("a persistent grid of one program per SM loops over the units."
                          if persistent else "one program per work unit."),
+        "aligned_doc": (f"{', '.join(aligned)} multiples of {ALIGN_HINT}" if aligned
+                        else f"no size a multiple of {ALIGN_HINT}"),
         "a_arg": "a_desc" if tma else "a_ptr",
         "b_arg": "b_desc" if tma else "b_ptr",
         "c_arg": "c_desc" if tma and not split else "c_ptr",

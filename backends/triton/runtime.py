@@ -20,7 +20,7 @@ from pathlib import Path
 from backends.base import Artifact
 from backends.triton import toolchain
 from backends.triton.plan import (
-    ALIGN_HINT, ELEMENTWISE_BLOCK, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
+    ALIGN_HINT, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan, aligned_params,
 )
 from compiler.runtime import Kernel, loader
 
@@ -37,33 +37,20 @@ class DevicePointer:
         return self.ptr
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 class _Step:
     """One kernel of the plan, compiled and ready to launch."""
 
-    def __init__(self, plan: KernelPlan, compiled, tile: tuple[int, int, int], split_k: int):
-        self.plan, self.tile, self.split_k = plan, tile, split_k
+    def __init__(self, kernel: KernelPlan, compiled, plan: LaunchPlan):
+        self.kernel, self.plan = kernel, plan
         self.run = compiled.run            # loads the module on the current device
         self.function = compiled.function
         self.packed = compiled.packed_metadata
-        self.params = [(name, ty == "constexpr", plan.constexprs.get(name))
-                       for name, ty in plan.signature.items()]
-
-    def grid(self, m: int, n: int, num_sms: int) -> int:
-        if self.plan.grid == "elements":
-            return _cdiv(m * n, ELEMENTWISE_BLOCK)
-        bm, bn, _ = self.tile
-        units = _cdiv(m, bm) * _cdiv(n, bn) * self.split_k
-        return min(units, num_sms) if self.plan.grid == "persistent" else units
 
     def launch(self, values: dict, m: int, n: int, num_sms: int, stream: int) -> None:
-        grid = self.grid(m, n, num_sms)
+        grid = self.plan.grid(self.kernel, m, n, num_sms)
         values["NUM_PROGRAMS"] = grid
-        args = [const if is_const else values[name] for name, is_const, const in self.params]
-        self.run(grid, 1, 1, stream, self.function, self.packed, None, None, None, *args)
+        self.run(grid, 1, 1, stream, self.function, self.packed, None, None, None,
+                 *self.kernel.args(values))
 
 
 class TritonKernel(Kernel):
@@ -89,8 +76,7 @@ class TritonKernel(Kernel):
         steps = self._variants.get(aligned)
         if steps is None:
             steps = [_Step(k, toolchain.compile_kernel(self._module, k, self._capability,
-                                                       self._env, aligned),
-                           self.plan.tile, self.plan.split_k)
+                                                       self._env, aligned), self.plan)
                      for k in self.plan.kernels]
             self._variants[aligned] = steps
         return steps
@@ -109,24 +95,25 @@ class TritonKernel(Kernel):
         values = {"a_ptr": a_ptr, "b_ptr": b_ptr, "c_ptr": c_ptr, "ws_ptr": workspace_ptr or 0,
                   "M": m, "N": n, "K": k, "NUMEL": m * n}
         if self.plan.descriptors:
-            values.update(self._descriptors(values))
-        for step in self._steps(toolchain.aligned_params(m, n, k)):
+            bases = {"a_desc": a_ptr, "b_desc": b_ptr, "c_desc": c_ptr}
+            bases = {name: DevicePointer(ptr, self._f16) for name, ptr in bases.items()}
+            values.update(make_descriptors(self.plan, values, bases))
+        for step in self._steps(aligned_params(m, n, k)):
             step.launch(values, m, n, self._num_sms, stream or 0)
 
-    def _descriptors(self, values: dict) -> dict:
-        """Host TMA descriptors over the operands (Triton fills the CUtensorMap at launch)."""
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        bases = {"a_desc": "a_ptr", "b_desc": "b_ptr", "c_desc": "c_ptr"}
-        out = {}
-        for name, desc in self.plan.descriptors.items():
-            rows, cols = (values[d] for d in desc["dims"])
-            if cols % TMA_ROW_ALIGN_HALFS:
-                raise ValueError(f"{self.artifact.program_text}: TMA needs rows of a multiple "
-                                 f"of {TMA_ROW_ALIGN_HALFS} halves; {name} is {rows} x {cols} "
-                                 "(use epilogue direct)")
-            base = DevicePointer(values[bases[name]], self._f16)
-            out[name] = TensorDescriptor(base, [rows, cols], [cols, 1], list(desc["block"]))
-        return out
+
+def make_descriptors(plan: LaunchPlan, values: dict, bases: dict) -> dict:
+    """Host TMA descriptors of `plan` over `bases` (tensors, or DevicePointers), shaped by
+    the problem sizes in `values`; Triton fills each CUtensorMap at launch."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    out = {}
+    for name, desc in plan.descriptors.items():
+        rows, cols = (values[d] for d in desc["dims"])
+        if cols % TMA_ROW_ALIGN_HALFS:
+            raise ValueError(f"TMA needs rows of a multiple of {TMA_ROW_ALIGN_HALFS} halves; "
+                             f"{name} is {rows} x {cols} (use epilogue direct)")
+        out[name] = TensorDescriptor(bases[name], [rows, cols], [cols, 1], list(desc["block"]))
+    return out
 
 
 def _arch_of(artifact: Artifact):

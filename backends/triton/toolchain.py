@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 from backends.base import BuildError
-from backends.triton.plan import ALIGN_HINT, ALIGNABLE, KernelPlan, LaunchPlan
+from backends.triton.plan import ALIGN_HINT, KernelPlan, LaunchPlan
 from ir.program import Arch
 
 AMPERE, HOPPER, BLACKWELL = 80, 90, 100
@@ -43,7 +43,8 @@ def import_triton():
         import triton
         import triton.compiler  # noqa: F401
     except ImportError as e:
-        raise BuildError(f"triton is not importable ({e}); pip install 'gemmforge[triton]'") from None
+        raise BuildError(f"triton is not importable ({e}); "
+                         "pip install 'gemmforge[triton]'") from None
     return triton
 
 
@@ -69,12 +70,6 @@ def capability_for(arch: Arch, device_sm: int | None) -> tuple[int, dict[str, st
     if capability >= BLACKWELL:
         env["DISABLE_MMA_V5"] = "1"
     return capability, env
-
-
-def aligned_params(m: int, n: int, k: int) -> tuple[str, ...]:
-    """The ALIGNABLE integer arguments that are multiples of ALIGN_HINT at (m, n, k)."""
-    values = {"N": n, "K": k, "NUMEL": m * n}
-    return tuple(name for name in ALIGNABLE if values[name] % ALIGN_HINT == 0)
 
 
 def load_module(path: Path):
