@@ -1,0 +1,81 @@
+"""A batched, crash-proof reward for RL loops: evaluate(programs, problem) -> Results.
+
+    from ir import parse, parse_problem
+    from search.env import evaluate, reward
+    from search.measure import BuilderPool, DeviceRunner
+
+    problem = parse_problem("1000x4096x333 nn f32")
+    programs = [parse("cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"),
+                "cuda_simt sm_80 128x64x32 w2x2 s2 swnone row/1 pred k1 dp c1x1 nows direct"]
+    with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:  # keep these alive
+        results = evaluate(programs, problem, device_runner=runner, builders=builders)
+    rewards = [reward(r) for r in results]   # log(cublas_us / kernel_us), WORST_REWARD on failure
+
+Every program gets a Result, in order: text that doesn't parse and programs that fail
+ir.verify become `invalid` here, without a worker; the rest are built in parallel and
+measured on the GPU (search.measure), where a compile error, crash, hang or wrong answer
+is a failed Result with its kind and message. Run it under `if __name__ == "__main__":`
+or any entry point; workers are separate `python -m search.worker` processes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from search.measure import BuilderPool, DeviceRunner, measure
+from search.records import BenchSettings, MeasureRequest, Result
+
+WORST_REWARD = -5.0
+"""The reward of a failed program, and the floor of every reward: a working program, however
+slow (e^-5 ~ 1/148 of cuBLAS's speed), never scores below a broken one. A result flagged
+implausible (faster than the chip can go) gets it too: the measurement can't be trusted, and
+a policy must not learn to chase it."""
+
+SEED_STRIDE = 3  # the gate uses seed, seed + 1, seed + 2 for one request
+
+
+def reward(result: Result) -> float:
+    """log(cublas_us / kernel_us) for an ok Result (0: as fast as cuBLAS, > 0: faster),
+    floored at WORST_REWARD; WORST_REWARD for a failure or an implausible measurement."""
+    speedup = result.speedup
+    if not result.ok or result.implausible or speedup is None or not speedup > 0:
+        return WORST_REWARD
+    return max(WORST_REWARD, math.log(speedup))
+
+
+def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureRequest | Result:
+    """A MeasureRequest, or an `invalid` Result for text that doesn't parse or verify."""
+    from ir.program import IRError
+    from ir.text import parse
+    from ir.verify import check
+    text = program if isinstance(program, str) else str(program)
+    placeholder = MeasureRequest(text.strip(), problem.m, problem.n, problem.k,
+                                 str(problem.layout), str(problem.acc), settings, seed)
+    try:
+        parsed = parse(text) if isinstance(program, str) else program
+        reason = check(parsed, problem)
+    except IRError as e:
+        return Result.failure(placeholder, "invalid", str(e))
+    if reason:
+        return Result.failure(MeasureRequest.make(parsed, problem, settings, seed), "invalid",
+                              reason)
+    return MeasureRequest.make(parsed, problem, settings, seed)
+
+
+def evaluate(programs: Sequence, problem, *, device_runner: DeviceRunner | None = None,
+             builders: BuilderPool | None = None, settings: BenchSettings | None = None,
+             target_sm: int | None = None, seed: int = 0,
+             progress: bool = False) -> list[Result]:
+    """Measure each of `programs` (ir Programs or their text) on `problem` (an ir Problem).
+
+    Returns one Result per program, in order. `device_runner` and `builders` default to
+    pools made (and closed) for this call; pass long-lived ones in a loop. `target_sm`
+    defaults to the runner's device. Request i uses random seed `seed + 3 * i`.
+    Raises search.measure.WorkerError only if the GPU worker can't start at all."""
+    settings = settings or BenchSettings()
+    prepared = [_request(p, problem, settings, seed + SEED_STRIDE * i)
+                for i, p in enumerate(programs)]
+    todo = [p for p in prepared if isinstance(p, MeasureRequest)]
+    measured = iter(measure(todo, target_sm=target_sm, builders=builders,
+                            runner=device_runner, progress=progress) if todo else [])
+    return [next(measured) if isinstance(p, MeasureRequest) else p for p in prepared]

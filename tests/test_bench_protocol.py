@@ -1,0 +1,157 @@
+"""CPU tier for search.bench's orchestration: run_request on a simulated CUDA.
+
+torch.cuda is replaced by a small simulation on CPU: tensors made "on cuda" live on the CPU,
+CUDA graphs record launches and replay them, and events read a fake GPU clock that
+advances by a planted time per GEMM (candidate, cuBLAS NN, cuBLAS TN, L2 flush). The
+timing protocols must then report exactly the planted per-launch times, the cold
+protocol's flush subtraction must cancel the flushes, and the candidate must be launched
+exactly as often as BenchSettings' docstring says. What this can't show (real graph
+capture, real events, cuBLAS) is the GPU tier's job (tests/gpu/test_measure_gpu.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+
+import pytest
+import torch
+
+from search import bench, gate
+from search.records import ArtifactRecord, BenchSettings, MeasureRequest
+
+SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
+NN_US, TN_US, FLUSH_US = 7.0, 6.0, 40.0
+
+
+class SimulatedCuda:
+    """The torch.cuda surface search.bench touches, on CPU, with a fake clock in us."""
+
+    def __init__(self, candidate_us: float, kernel_fn):
+        self.clock, self.capturing, self.launches = 0.0, None, 0
+        self.candidate_us, self.kernel_fn = candidate_us, kernel_fn
+        sim = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = sim.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.t - self.t) / 1e3
+
+        class Graph:
+            def replay(self):
+                for fn in self.recorded:
+                    fn()
+
+        @contextlib.contextmanager
+        def graph(g, stream=None):
+            g.recorded, self.capturing = [], g
+            yield
+            self.capturing = None
+
+        self.Event, self.CUDAGraph, self.graph = Event, Graph, graph
+        self.synchronize = lambda: None
+        self.Stream = lambda: types.SimpleNamespace(cuda_stream=0)
+        self.current_stream = lambda *a: types.SimpleNamespace(cuda_stream=0)
+        self.stream = lambda s: contextlib.nullcontext()
+        self.current_device = lambda: 0
+        self.get_device_properties = lambda d: types.SimpleNamespace(L2_cache_size=1 << 16)
+        self.get_device_name = lambda *a: "NVIDIA H200 (simulated)"
+
+    def gemm(self, cost_us: float, fn, counts: bool = False):
+        """Run `fn` now (advancing the clock), or record it when a graph is capturing."""
+        def run():
+            self.clock += cost_us
+            self.launches += counts
+            return fn()
+        if self.capturing is not None:
+            self.capturing.recorded.append(run)
+            return None
+        return run()
+
+
+class FakeKernel:
+    """compiler.runtime.Kernel's surface, computing with the simulation's kernel_fn."""
+
+    def __init__(self, sim: SimulatedCuda, layout: str):
+        self.sim, self.layout = sim, layout
+
+    def workspace_bytes(self, m, n, k):
+        return 0
+
+    def __call__(self, a, b):
+        out = torch.empty((a.shape[0], b.shape[1] if self.layout == "nn" else b.shape[0]),
+                          dtype=torch.float16)
+        self.sim.gemm(self.sim.candidate_us, lambda: self.sim.kernel_fn(a, b, out), True)
+        return out
+
+
+@pytest.fixture
+def simulate(monkeypatch):
+    def install(candidate_us: float, kernel_fn=None, layout: str = "nn") -> SimulatedCuda:
+        kernel_fn = kernel_fn or (lambda a, b, out: out.copy_(
+            gate.reference(a, b, layout).half()))
+        sim = SimulatedCuda(candidate_us, kernel_fn)
+        for name in ("empty", "full", "randn", "randint", "ones", "Generator"):
+            real = getattr(torch, name)
+            monkeypatch.setattr(torch, name, lambda *a, _real=real, **k: _real(
+                *a, **{**k, "device": "cpu"} if k.get("device") == "cuda" else k))
+        real_matmul, real_zero = torch.matmul, torch.Tensor.zero_
+        monkeypatch.setattr(torch, "matmul", lambda a, b, **k: sim.gemm(
+            NN_US if b.is_contiguous() else TN_US, lambda: real_matmul(a, b, **k)))
+        monkeypatch.setattr(torch.Tensor, "zero_",
+                            lambda t: sim.gemm(FLUSH_US, lambda: real_zero(t)))
+        monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, a, b, out: sim.gemm(
+            candidate_us, lambda: sim.kernel_fn(a, b, out), True))
+        monkeypatch.setattr(torch, "cuda", sim)
+        return sim
+    return install
+
+
+def _run(sim, layout="nn", acc="f32", k=72, **settings):
+    s = BenchSettings(rounds=3, warmup=2, call_repeats=2, server_calls=3, server_max_gap_ms=0,
+                      min_graph_launches=3, max_graph_launches=3, **settings)
+    req = MeasureRequest(SIMT, 40, 24, k, layout, acc, s, seed=5)
+    art = ArtifactRecord("key", "fake", "/nonexistent", SIMT, layout, acc)
+    return req, bench.run_request(req, art, load=lambda a: FakeKernel(sim, layout))
+
+
+@pytest.mark.parametrize("layout, acc, k", [("nn", "f32", 72), ("nt", "f16", 2100)])
+def test_protocols_report_the_planted_times(simulate, layout, acc, k):
+    sim = simulate(candidate_us=5.0, layout=layout)
+    req, r = _run(sim, layout, acc, k)
+    assert r.ok and r.kernel_us == pytest.approx(5.0) and r.cublas_us == pytest.approx(TN_US)
+    assert r.cold_us == pytest.approx(5.0) and r.cublas_cold_us == pytest.approx(TN_US)
+    assert r.spread == pytest.approx(0.0) and r.cublas_spread == pytest.approx(0.0)
+    assert r.call_us > 0 and r.server_us > 0 and r.rel_err < gate.tolerance(req.problem())
+    assert r.flags == () and r.speedup == pytest.approx(TN_US / 5.0)
+    assert sim.launches == req.settings.candidate_launches(3, 3, k)
+
+
+def test_slow_candidate_is_cut_short(simulate):
+    sim = simulate(candidate_us=1000.0)
+    req, r = _run(sim)
+    assert r.ok and r.kernel_us == pytest.approx(1000.0) and r.cublas_us == pytest.approx(TN_US)
+    assert r.call_us is None and r.flags[0].startswith("slow")
+    assert sim.launches == 2 + 1 + 1  # gate (normal + exact), one calibration launch, re-check
+
+
+def test_impossible_speed_is_flagged(simulate):
+    sim = simulate(candidate_us=1e-5)  # 40x24x72 in 10 ps: ~14 PFLOP/s
+    _, r = _run(sim, protocols=("kernel",))
+    assert any(f.startswith("implausible kernel") for f in r.flags) and r.implausible
+
+
+def test_wrong_kernel_raises_gate_failure(simulate):
+    def off_by_one(a, b, out):
+        out.copy_(gate.reference(a, b, "nn").half())
+        out[3, 4] += 1
+    sim = simulate(candidate_us=5.0, kernel_fn=off_by_one)
+    with pytest.raises(gate.GateFailure, match="exact"):
+        _run(sim)
