@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One GPU-machine session: run the named parts, logs under $OUT (the device tool's folder,
+# or ./gpu-out elsewhere). Parts: tests:<file-glob> | bench:<script args>. Example:
+#   bash benchmarks/gpu_session.sh "tests:tests/gpu/test_cuda_gpu.py" "bench:benchmarks/cuda_paths.py"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 GEMMFORGE_NVCC_THREADS=2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
+status=0
+for part in "$@"; do
+  kind=${part%%:*}; arg=${part#*:}; tag=$(echo "$arg" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
+  echo "=== $part"
+  case "$kind" in
+    tests) python3 -m pytest -m gpu $arg -q --tb=short -p no:cacheprovider >"$OUT/t_$tag.log" 2>&1
+           rc=$?; tail -3 "$OUT/t_$tag.log"; grep -E "^(FAILED|ERROR)" "$OUT/t_$tag.log" | head -20;;
+    bench) python3 $arg >"$OUT/b_$tag.log" 2>&1; rc=$?; tail -40 "$OUT/b_$tag.log";;
+    *) echo "unknown part $part"; rc=2;;
+  esac
+  [ $rc -ne 0 ] && status=$rc
+done
+cp benchmarks/results/*.csv benchmarks/results/*.png "$OUT/" 2>/dev/null
+exit $status
