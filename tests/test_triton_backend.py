@@ -4,6 +4,7 @@ the right GEMM under Triton's interpreter (ragged shapes, split-K both ways, per
 loops, grouped rasters, TMA descriptors); and real ahead-of-time compiles for sm_80 and
 sm_90a hold mma.sync, wgmma and TMA copies (cp.async.bulk.tensor) where promised."""
 import ast
+import dataclasses
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import pytest
 from backends import registry
 from backends.base import BuildError, Target
 from backends.triton import toolchain
-from backends.triton.plan import aligned_params, make_plan
+from backends.triton.plan import KernelPlan, LaunchPlan, aligned_params, make_plan
 from compiler import pipeline
 from compiler.artifacts import ArtifactCache
 from compiler.runtime import _LOADERS
@@ -111,6 +112,33 @@ def test_plan_launches_and_workspace(backend):
     tma = make_plan(parse(SM90_TMA), Problem(256, 256, 256, "nt"))
     assert tma.kernels[0].signature["b_desc"] == "tensordesc<fp16[128, 64]>"
     assert tma.descriptors["b_desc"]["dims"] == ["N", "K"]
+
+
+def test_plan_json_keeps_the_launch_order():
+    """Regression: the artifact cache writes JSON with sorted keys; a signature stored as
+    an object came back alphabetical, and the launcher then passed K, M, N where the
+    kernel took its pointers (all-NaN output and misaligned addresses on every cache hit)."""
+    for text in (SM80.replace("k1", "k4"), SM80.replace("k1", "k3a"), SM90_TMA):
+        plan = make_plan(parse(text), Problem(256, 256, 256, "nt"))
+        again = LaunchPlan.from_json(json.loads(json.dumps(plan.as_json(), sort_keys=True)))
+        assert again == plan
+        for before, after in zip(plan.kernels, again.kernels):
+            assert list(after.signature.items()) == list(before.signature.items())
+    legacy = plan.as_json()["kernels"][0]
+    legacy["signature"] = dict(legacy["signature"])
+    with pytest.raises(ValueError, match="list of \\[name, type\\] pairs"):
+        KernelPlan.from_json(legacy)
+
+
+@needs_triton
+def test_compile_refuses_a_plan_out_of_the_kernels_parameter_order(tmp_path):
+    program, problem = parse(SM80), Problem(64, 64, 64)
+    (tmp_path / "kernel.py").write_text(registry.get("triton").lower(program, problem).text)
+    module = toolchain.load_module(tmp_path / "kernel.py")
+    gemm = make_plan(program, problem).kernels[0]
+    shuffled = dataclasses.replace(gemm, signature=dict(sorted(gemm.signature.items())))
+    with pytest.raises(BuildError, match="must match in order"):
+        toolchain.compile_kernel(module, shuffled, 80, {}, ())
 
 
 def test_capability_rule():
@@ -244,3 +272,6 @@ def test_pipeline_builds_once_then_hits_the_cache(tmp_path):
     again = pipeline.compile(program, problem, Target(80), cache)
     assert again.key == first.key and again.path == first.path
     assert json.loads(json.dumps(first.meta)) == again.meta
+    module = toolchain.load_module(again.path.with_name(again.meta["entry"]))
+    for kernel in LaunchPlan.from_json(again.meta["plan"]).kernels:
+        assert list(kernel.signature) == getattr(module, kernel.name).arg_names

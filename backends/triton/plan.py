@@ -27,9 +27,12 @@ ALIGNABLE = ("N", "K", "NUMEL")
 class KernelPlan:
     """One @triton.jit kernel of kernel.py and how to launch it.
 
-    `signature` maps every parameter, in order, to its Triton type ("*fp16", "i32",
-    "tensordesc<fp16[128, 64]>", or "constexpr"); `grid` is "tiles" (one program per
-    work unit), "persistent" (min(SM count, work units)) or "elements" (NUMEL / BLOCK).
+    `signature` maps every parameter, in the kernel's parameter order, to its Triton
+    type ("*fp16", "i32", "tensordesc<fp16[128, 64]>", or "constexpr"); that order is
+    the launch order, so the JSON form keeps it as a list of [name, type] pairs (JSON
+    objects are unordered, and the artifact cache writes them with sorted keys).
+    `grid` is "tiles" (one program per work unit), "persistent" (min(SM count, work
+    units)) or "elements" (NUMEL / BLOCK).
     """
 
     role: str          # gemm, zero or reduce
@@ -44,6 +47,16 @@ class KernelPlan:
         """Positional launch arguments: `values` by parameter name, constexprs as planned."""
         return [self.constexprs[name] if ty == "constexpr" else values[name]
                 for name, ty in self.signature.items()]
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "signature": [list(item) for item in self.signature.items()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelPlan":
+        if not isinstance(data["signature"], list):
+            raise ValueError(f"{data['name']}: the signature must be a list of [name, type] "
+                             "pairs (its order is the launch order); rebuild the artifact")
+        return cls(**{**data, "signature": {name: ty for name, ty in data["signature"]}})
 
 
 @dataclass(frozen=True)
@@ -73,11 +86,11 @@ class LaunchPlan:
         return min(units, num_sms) if kernel.grid == "persistent" else units
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "kernels": [k.as_json() for k in self.kernels]}
 
     @classmethod
     def from_json(cls, data: dict) -> "LaunchPlan":
-        kernels = tuple(KernelPlan(**k) for k in data["kernels"])
+        kernels = tuple(KernelPlan.from_json(k) for k in data["kernels"])
         return cls(kernels, data["descriptors"], data["workspace_slices"],
                    tuple(data["tile"]), data["split_k"])
 

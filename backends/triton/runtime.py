@@ -6,12 +6,14 @@ usually answers at once) rather than loading the stored cubin: a cubin is tied t
 Triton release whose launcher passes its arguments, and the GPU machine's Triton need
 not be the build machine's. The stored PTX and cubin stay as the build's record.
 
-The host path is lean: per launch, one dict of argument values and, for each kernel of
-the plan, one call of the CompiledKernel's launcher with its function handle and packed
-metadata (what `compiled[grid](...)` does, minus its per-call lookups). Pointers go in
-as plain ints, which Triton's launchers accept; TMA descriptors are host-side
-`TensorDescriptor`s over a tiny pointer shim. Launch hooks (proton) are not called.
-A variant per alignment class of (n, k, m * n) is compiled on first use.
+The host path: per launch, one dict of argument values and, for each kernel of the
+plan, `compiled[grid](*args, stream=stream)`: the CompiledKernel's public entry, which
+is what JITFunction.run itself calls after its lookups, and which hands the launcher
+whatever its release wants (3.6 and 3.9 agree today; scratch buffers, launch hooks and
+metadata come with it). Each _Step holds its CompiledKernel: from 3.9 on, dropping it
+unloads the module its function handle points into. Pointers go in as plain ints, which
+Triton's launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny
+pointer shim. A variant per alignment class of (n, k, m * n) is compiled on first use.
 """
 from __future__ import annotations
 
@@ -41,16 +43,13 @@ class _Step:
     """One kernel of the plan, compiled and ready to launch."""
 
     def __init__(self, kernel: KernelPlan, compiled, plan: LaunchPlan):
-        self.kernel, self.plan = kernel, plan
-        self.run = compiled.run            # loads the module on the current device
-        self.function = compiled.function
-        self.packed = compiled.packed_metadata
+        self.kernel, self.plan, self.compiled = kernel, plan, compiled
+        compiled.run  # noqa: B018  (loads the module on this device now: fail at load)
 
     def launch(self, values: dict, m: int, n: int, num_sms: int, stream: int) -> None:
         grid = self.plan.grid(self.kernel, m, n, num_sms)
         values["NUM_PROGRAMS"] = grid
-        self.run(grid, 1, 1, stream, self.function, self.packed, None, None, None,
-                 *self.kernel.args(values))
+        self.compiled[(grid, 1, 1)](*self.kernel.args(values), stream=stream)
 
 
 class TritonKernel(Kernel):

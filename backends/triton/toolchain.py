@@ -104,6 +104,12 @@ def _ast_source(triton, fn, kernel: KernelPlan, aligned: tuple[str, ...]):
     if "constexprs" not in params:
         raise BuildError(f"triton {triton.__version__}: ASTSource takes {list(params)}; "
                          "the triton backend needs triton >= 3.3 (ASTSource(constexprs=...))")
+    # Triton's launcher takes its arguments in the order of `signature`, whatever the
+    # kernel's own order: a plan listing them otherwise would launch with misplaced ones
+    if list(kernel.signature) != list(fn.arg_names):
+        raise BuildError(f"{kernel.name}: the plan lists the parameters "
+                         f"{', '.join(kernel.signature)} but the kernel takes "
+                         f"{', '.join(fn.arg_names)}; they must match in order")
     return ASTSource(fn=fn, signature=dict(kernel.signature), constexprs=dict(kernel.constexprs),
                      attrs=_attrs(kernel, aligned))
 
