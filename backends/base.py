@@ -125,6 +125,11 @@ class Backend(ABC):
         (templates, generator version): part of every artifact cache key."""
         return type(self).__module__
 
+    def nvcc_flags(self, program: Program) -> list[str]:
+        """Flags besides -gencode that nvcc needs for this backend's .cu files (include
+        paths, language options); `gemmforge emit --compile` uses them too."""
+        return []
+
     def standalone(self, program: Program, problem: Problem) -> str | None:
         """A self-contained .cu file (kernel, extern "C" launcher, test main()), or None
         if this backend can't emit one."""

@@ -55,7 +55,7 @@ def cmd_emit(args) -> int:
     path = emit(problem, program, Path(args.output))
     print(f"{program}\n{path}")
     if args.compile:
-        print(build_selftest(path, arch))
+        print(build_selftest(path, program))
     return 0
 
 

@@ -38,12 +38,12 @@ def emit(problem: Problem, program: Program, out_dir: Path) -> Path:
     return path
 
 
-def build_selftest(cu_path: Path, arch: Arch, device_sm: int | None = None) -> Path:
+def build_selftest(cu_path: Path, program: Program, device_sm: int | None = None) -> Path:
     """Compile the file's self-test executable next to it (BuildError with the command)."""
     from compiler import nvcc
     exe = cu_path.with_suffix("")
-    nvcc.compile_cuda(cu_path, exe, [*nvcc.gencode(arch, device_sm),
-                                     "-DGEMMFORGE_STANDALONE_MAIN"], shared=False)
+    flags = [*nvcc.gencode(program.arch, device_sm), *registry.get(program.backend).nvcc_flags(program)]
+    nvcc.compile_cuda(cu_path, exe, [*flags, "-DGEMMFORGE_STANDALONE_MAIN"], shared=False)
     return exe
 
 

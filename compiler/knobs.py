@@ -11,6 +11,11 @@ def _path(name: str, default: Path) -> Path:
     return Path(value).expanduser() if value else default
 
 
+def _optional_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else None
+
+
 def _default_cache() -> Path:
     try:
         import platformdirs
@@ -26,15 +31,16 @@ class Knobs:
     nvcc: str             # GEMMFORGE_NVCC: the nvcc to build with (default: nvcc on PATH)
     build_timeout_s: float  # GEMMFORGE_BUILD_TIMEOUT: seconds one build may take
     nvcc_threads: int     # GEMMFORGE_NVCC_THREADS: nvcc --threads
+    cutlass_dir: Path | None  # GEMMFORGE_CUTLASS_DIR: CUTLASS headers (default: the nvidia-cutlass wheel's)
 
 
 def knobs() -> Knobs:
     """Read the environment now (tests change it, so this is not cached)."""
-    dump = os.environ.get("GEMMFORGE_DUMP")
     return Knobs(
         cache_dir=_path("GEMMFORGE_CACHE_DIR", _default_cache() / "artifacts"),
-        dump_dir=Path(dump) if dump else None,
+        dump_dir=_optional_path("GEMMFORGE_DUMP"),
         nvcc=os.environ.get("GEMMFORGE_NVCC", "nvcc"),
-        build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "180")),
+        build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "900")),
         nvcc_threads=int(os.environ.get("GEMMFORGE_NVCC_THREADS", "1")),
+        cutlass_dir=_optional_path("GEMMFORGE_CUTLASS_DIR"),
     )

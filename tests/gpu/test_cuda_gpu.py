@@ -101,7 +101,7 @@ def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
     """An emitted .cu, built with plain nvcc (no torch, no gemmforge), passes its main()."""
     program = parse(text)
     cu = emit(Problem(1000, 4096, 333, layout, acc), program, tmp_path)
-    exe = build_selftest(cu, program.arch)  # sm_80 code + compute_80 PTX: JIT on Hopper
+    exe = build_selftest(cu, program)  # sm_80 code + compute_80 PTX: JIT on Hopper
     for args in ([], ["17", "33", "65"], ["4096", "64", "8192"]):
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,83 @@
+"""The cute_cpp backend: CUTLASS/CuTe C++ from the headers in the nvidia-cutlass wheel.
+
+sm_90a programs are CUTLASS 3.x kernels assembled from the sm90 collective builders (TMA +
+GMMA mainloop, the program's kernel schedule, epilogue schedule and tile scheduler);
+sm_80 programs are the CUTLASS 2.x `device::Gemm` (mma.sync tensor ops, multistage cp.async,
+serial split-K). `kernels` holds the IR → CUTLASS table, `legality` the refusals. The output
+is one standalone .cu with the cuda family's extern "C" API, built into a "cuda_so".
+
+Units: Program.warps counts 128-thread units. On sm_90a a unit is a consumer warpgroup
+(cooperative: w2x1; pingpong and none: w1x1). On sm_80 a unit is 2 x 2 warps, so wWMxWN
+is a (2 WM) x (2 WN) warp grid and the warp tile is (bm / 2 WM) x (bn / 2 WN).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from backends import register
+from backends.base import Artifact, Backend, BuildError, Source, Target
+from backends.cute_cpp import cutlass, legality
+from backends.cute_cpp.context import make_context
+from backends.cute_cpp.kernels import RASTERS
+from backends.templating import fingerprint, render
+from compiler import nvcc
+from ir.program import Arch, Problem, Program, Swizzle
+
+TEMPLATES = Path(__file__).with_name("templates")
+# CuTe's constexpr helpers are called from device code; the other flags match compile_cuda's.
+EXTRA_FLAGS = ("--expt-relaxed-constexpr",)
+COMMENT_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", *EXTRA_FLAGS)
+
+
+@register
+class CuteCpp(Backend):
+    """CUTLASS C++ kernels: 3.x collective builders on sm_90a, 2.x device::Gemm on sm_80."""
+
+    name = "cute_cpp"
+    archs = frozenset({Arch.SM80, Arch.SM90A})
+    instruction = "CUTLASS tensor-op MMA (64-row units)"
+    mma_shape = (64, 8, 16)  # a warpgroup's GMMA is 64 rows, n in steps of 8, k 16
+    unit_threads = 128
+    allowed = {
+        "swizzle": frozenset({Swizzle.NONE}),  # CUTLASS picks its own swizzled smem layouts
+        "raster": RASTERS,                     # swizzle sizes 1, 2, 4, 8
+    }
+
+    def supports(self, program: Program, problem: Problem | None = None) -> str | None:
+        return legality.check(program, problem)
+
+    def lower(self, program: Program, problem: Problem) -> Source:
+        flags = " ".join((*COMMENT_FLAGS, *nvcc.gencode(program.arch)))
+        ctx = make_context(program, problem, cutlass.version(), flags)
+        text = render(TEMPLATES, "gemm.cu.jinja", ctx)
+        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
+                      f"{program.name}.cu", meta={"cutlass_version": ctx["cutlass_version"]})
+
+    def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
+        src = out_dir / source.entry
+        src.write_text(source.text)
+        missing = cutlass.missing_reason()
+        if missing:
+            raise BuildError(f"cute_cpp: {missing}", source_path=str(src))
+        lib = out_dir / f"{source.program.name}.so"
+        flags = [*nvcc.gencode(source.program.arch, target.device_sm),
+                 *self.nvcc_flags(source.program)]
+        nvcc.compile_cuda(src, lib, flags)
+        return Artifact(key="", kind="cuda_so", path=lib, program_text=str(source.program),
+                        layout=source.problem.layout, acc=source.problem.acc,
+                        meta={"symbol": "gemmforge_launch",
+                              "workspace_symbol": "gemmforge_workspace_bytes"})
+
+    def nvcc_flags(self, program: Program) -> list[str]:
+        return [*EXTRA_FLAGS, *cutlass.include_flags()]
+
+    def fingerprint(self) -> str:
+        """Templates, plus the CUTLASS headers' version (not their location: the same
+        headers installed elsewhere build the same artifact, so prebuilt caches travel)."""
+        h = hashlib.sha256(fingerprint(str(TEMPLATES)).encode())
+        h.update(f"\0cutlass {cutlass.version()}".encode())
+        return h.hexdigest()
+
+    def standalone(self, program: Program, problem: Problem) -> str:
+        return self.lower(program, problem).text

@@ -1,0 +1,101 @@
+"""The IR → CUTLASS mapping, as data: which CUTLASS type or argument serves each IR value.
+
+sm_90a programs become CUTLASS 3.x kernels (`CollectiveBuilder<arch::Sm90, ...>` mainloop
+and epilogue, `GemmUniversal`, `GemmUniversalAdapter`); sm_80 programs become the
+CUTLASS 2.x `cutlass::gemm::device::Gemm` (tensor ops, Sm80 multistage cp.async mainloop,
+shared-memory epilogue). `legality` checks programs against these tables and
+`context` reads the CUTLASS spellings from them, so the two can't disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir.program import (
+    Epilogue, Raster, RasterOrder, Reduction, Schedule, WarpSpec, Warps,
+)
+
+ALIGNMENT_HALFS = 8         # 16-byte rows: TMA strides and CUTLASS's 8-half vector accesses
+SM90_SMEM_BYTES = 232_448   # cutlass::gemm::collective::detail::sm90_smem_capacity_bytes
+SM90_SMEM_SLACK = 2_048     # pipeline barriers, scheduler storage, 1 KiB swizzle alignment
+SM90_MAX_TILE = 256         # a TMA box spans at most 256 elements per dimension
+SM90_MAX_CLUSTER = 8        # portable cluster size (CUTLASS doesn't opt in to 16)
+SWIZZLE_SIZES = (1, 2, 4, 8)  # CUTLASS's max_swizzle_size / GemmIdentityThreadblockSwizzle<N>
+DATA_PARALLEL_CTAS = 65_535   # "SM count" that makes a persistent scheduler launch one CTA per
+                              # tile (a grid dimension may not exceed 65535)
+
+RASTERS = frozenset(Raster(o, g) for o in RasterOrder for g in SWIZZLE_SIZES)
+
+# IR raster order -> the persistent tile scheduler's RasterOrderOptions. "row" walks along a
+# row of C tiles (along N), grouping `group` tile rows: CUTLASS's AlongN with that swizzle.
+SM90_RASTER_ORDER = {RasterOrder.ROW: "AlongN", RasterOrder.COL: "AlongM"}
+
+SM90_REDUCTION = {Reduction.WORKSPACE: "Deterministic",      # turnstile through the workspace
+                  Reduction.ATOMIC: "Nondeterministic"}      # atomic adds into the workspace
+
+
+@dataclass(frozen=True)
+class Sm90Kernel:
+    """One CUTLASS sm90 kernel schedule and what a program may ask of it."""
+
+    schedule: str                   # KernelSchedule type of the mainloop builder
+    warps: Warps                    # consumer warpgroups the builder lays out (AtomLayoutMNK)
+    epilogues: dict                 # IR epilogue -> epilogue schedule type
+    schedules: frozenset            # IR schedules it serves
+    stream_k: bool                  # can use the stream-K scheduler (stream_k, split-K)
+    rasters: frozenset              # IR rasters it honours
+    min_stages: int
+
+
+SM90_KERNELS = {
+    # No producer/consumer split: all 128 threads issue GMMA, one issues TMA; one CTA per tile,
+    # launched as a (tiles_m, tiles_n) grid, i.e. walking along M.
+    WarpSpec.NONE: Sm90Kernel(
+        "cutlass::gemm::KernelTma", Warps(1, 1),
+        {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized"},
+        frozenset({Schedule.DATA_PARALLEL}), False,
+        frozenset({Raster(RasterOrder.COL, 1)}), 3),
+    # A producer warpgroup (TMA) and two consumer warpgroups sharing each tile (2x1 along M).
+    WarpSpec.COOPERATIVE: Sm90Kernel(
+        "cutlass::gemm::KernelTmaWarpSpecializedCooperative", Warps(2, 1),
+        {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized",
+         Epilogue.TMA: "cutlass::epilogue::TmaWarpSpecializedCooperative"},
+        frozenset(Schedule), True, RASTERS, 2),
+    # A producer warpgroup and two consumer warpgroups on alternate tiles (each owns a tile).
+    WarpSpec.PINGPONG: Sm90Kernel(
+        "cutlass::gemm::KernelTmaWarpSpecializedPingpong", Warps(1, 1),
+        {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized",
+         Epilogue.TMA: "cutlass::epilogue::TmaWarpSpecialized"},
+        frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}), False, RASTERS, 2),
+}
+
+# sm_80: the threadblock swizzle functor of cutlass::gemm::device::Gemm per IR raster.
+# GemmIdentityThreadblockSwizzle<G> launches blockIdx.x over M in bands of G tile columns
+# (IR col/G); gf::RowBandSwizzle<G> (templates/sm80.cuh.jinja) is its mirror image, along N
+# in bands of G tile rows (IR row/G). CUTLASS's GemmHorizontalThreadblockSwizzle would be
+# row/1, but kernel::Gemm can't call it (it lacks get_tile_offset(int log_tile)).
+SM80_SWIZZLE = {
+    **{Raster(RasterOrder.COL, g): f"cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{g}>"
+       for g in SWIZZLE_SIZES},
+    **{Raster(RasterOrder.ROW, g): f"gf::RowBandSwizzle<{g}>" for g in SWIZZLE_SIZES},
+}
+SM80_EPILOGUES = frozenset({Epilogue.SMEM})  # the 2.x tensor-op epilogue stages C in smem
+SM80_BK = (32, 64)           # crosswise smem layouts CUTLASS 2.x instantiates for fp16
+SM80_MIN_STAGES = 3          # the multistage (cp.async) mainloop
+SM80_WARP_GRAIN = 32         # warp tiles in multiples of 32 x 32 (as CUTLASS instantiates them)
+SM80_UNIT_WARPS = (2, 2)     # one Program.warps unit (128 threads) = 2 x 2 warps
+
+
+def sm90_tile_scheduler(schedule: Schedule, split_k: int, warp_spec: WarpSpec) -> str:
+    """The GemmUniversal TileScheduler tag: void for the non-persistent KernelTma."""
+    if warp_spec == WarpSpec.NONE:
+        return "void"
+    if schedule == Schedule.STREAM_K or split_k > 1:
+        return "cutlass::gemm::StreamKScheduler"
+    return "cutlass::gemm::PersistentScheduler"
+
+
+def sm90_decomposition(schedule: Schedule, split_k: int) -> str | None:
+    """The stream-K scheduler's DecompositionMode (None: no stream-K scheduler)."""
+    if split_k > 1:
+        return "SplitK"
+    return "StreamK" if schedule == Schedule.STREAM_K else None
