@@ -19,5 +19,5 @@ for part in "$@"; do
   esac
   [ $rc -ne 0 ] && status=$rc
 done
-cp benchmarks/results/*.csv benchmarks/results/*.png "$OUT/" 2>/dev/null
+find benchmarks/results -newer "$OUT/device.txt" -type f -exec cp {} "$OUT/" \; 2>/dev/null
 exit $status

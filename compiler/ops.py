@@ -28,12 +28,11 @@ def program_for(problem: Problem, arch: Arch) -> Program:
     """The tuned database's program for `problem` if it has one, else the heuristic's."""
     try:
         from search.database import lookup
-    except ImportError:
-        lookup = None
-    if lookup is not None:
         tuned = lookup(problem, arch)
-        if tuned is not None:
-            return tuned
+    except ImportError:  # the database needs the [search] extra (SQLAlchemy)
+        tuned = None
+    if tuned is not None:
+        return tuned
     from policy.heuristic import default_program
     return default_program(problem, arch)
 

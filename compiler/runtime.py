@@ -58,16 +58,17 @@ class Kernel(ABC):
         """C = A @ B on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for layout nn
         and (n, k) for nt; all contiguous. Runs on the current stream."""
         import torch
-        m, k, n = _check_operands(a, b, self.artifact.layout)
+        m, k, n = _fast_shapes(a, b, self.artifact.layout) or _check_operands(
+            a, b, self.artifact.layout)
+        device = a.device
         if out is None:
-            out = torch.empty((m, n), dtype=torch.float16, device=a.device)
+            out = torch.empty((m, n), dtype=torch.float16, device=device)
         elif out.shape != (m, n) or out.dtype != torch.float16 or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous float16 tensor of shape ({m}, {n})")
         need = self.workspace_bytes(m, n, k)
-        ws = self._scratch(a.device, need)
-        stream = torch.cuda.current_stream(a.device).cuda_stream
-        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k,
-                    ws.data_ptr() if need else 0, need, stream)
+        ws = self._scratch(device, need).data_ptr() if need else 0
+        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws, need,
+                    _current_stream(device))
         return out
 
     def _scratch(self, device, need: int):
@@ -77,6 +78,29 @@ class Kernel(ABC):
             cached = torch.empty(max(need, 1), dtype=torch.uint8, device=device)
             self._workspace[device.index] = cached
         return cached
+
+
+def _fast_shapes(a, b, layout: Layout) -> tuple[int, int, int] | None:
+    """(m, k, n) when the operands are plainly fine (the common case, few attribute reads),
+    else None: then _check_operands finds what is wrong and says so."""
+    import torch
+    f16 = torch.float16
+    if (a.dtype is not f16 or b.dtype is not f16 or not a.is_cuda or a.dim() != 2
+            or b.dim() != 2 or not a.is_contiguous() or not b.is_contiguous()
+            or a.device != b.device):
+        return None
+    m, k = a.shape
+    kb, n = b.shape if layout == Layout.NN else (b.shape[1], b.shape[0])
+    return (m, k, n) if kb == k else None
+
+
+def _current_stream(device) -> int:
+    """The current CUDA stream of `device` as a raw handle, by the cheapest call torch has."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _check_operands(a, b, layout: Layout) -> tuple[int, int, int]:

@@ -6,8 +6,9 @@ usually answers at once) rather than loading the stored cubin: a cubin is tied t
 Triton release whose launcher passes its arguments, and the GPU machine's Triton need
 not be the build machine's. The stored PTX and cubin stay as the build's record.
 
-The host path: per launch, one dict of argument values and, for each kernel of the
-plan, `compiled[grid](*args, stream=stream)`: the CompiledKernel's public entry, which
+The host path: per problem size, the grids and `compiled[grid]` runners are prepared once;
+per launch, one dict of argument values and, for each kernel of the plan, the prepared
+runner called with `(*args, stream=stream)`: the CompiledKernel's public entry, which
 is what JITFunction.run itself calls after its lookups, and which hands the launcher
 whatever its release wants (3.6 and 3.9 agree today; scratch buffers, launch hooks and
 metadata come with it). Each _Step holds its CompiledKernel: from 3.9 on, dropping it
@@ -25,6 +26,8 @@ from backends.triton.plan import (
     ALIGN_HINT, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan, aligned_params,
 )
 from compiler.runtime import Kernel, loader
+
+PREPARED_SHAPES = 64  # problem sizes whose launch preparation a kernel keeps
 
 
 class DevicePointer:
@@ -46,11 +49,6 @@ class _Step:
         self.kernel, self.plan, self.compiled = kernel, plan, compiled
         compiled.run  # noqa: B018  (loads the module on this device now: fail at load)
 
-    def launch(self, values: dict, m: int, n: int, num_sms: int, stream: int) -> None:
-        grid = self.plan.grid(self.kernel, m, n, num_sms)
-        values["NUM_PROGRAMS"] = grid
-        self.compiled[(grid, 1, 1)](*self.kernel.args(values), stream=stream)
-
 
 class TritonKernel(Kernel):
     """A loaded triton artifact: the plan's kernels, compiled per alignment variant."""
@@ -69,6 +67,8 @@ class TritonKernel(Kernel):
             _arch_of(artifact), major * 10 + minor)
         self._f16 = torch.float16
         self._variants: dict[tuple[str, ...], list[_Step]] = {}
+        self._prepared: dict[tuple[int, int, int], tuple] = {}
+        self._last_descriptors: tuple = (None, {})
         self._steps(tuple(meta["aligned"]))  # the built variant: fail at load, not launch
 
     def _steps(self, aligned: tuple[str, ...]) -> list[_Step]:
@@ -87,18 +87,53 @@ class TritonKernel(Kernel):
         if (a_ptr | b_ptr | c_ptr | (workspace_ptr or 0)) % ALIGN_HINT:
             raise ValueError(f"{self.artifact.program_text}: a, b, c and the workspace must "
                              f"be {ALIGN_HINT}-byte aligned")
-        if workspace_bytes < self.plan.workspace_bytes(m, n, k):
-            raise ValueError(f"{self.artifact.program_text}: needs a workspace of "
-                             f"{self.plan.workspace_bytes(m, n, k)} B at {m}x{n}x{k}, "
-                             f"got {workspace_bytes} B")
+        prepared = self._prepared.get((m, n, k))
+        if prepared is None:
+            prepared = self._prepare(m, n, k)
+        need, runners = prepared
+        if workspace_bytes < need:
+            raise ValueError(f"{self.artifact.program_text}: needs a workspace of {need} B at "
+                             f"{m}x{n}x{k}, got {workspace_bytes} B")
         values = {"a_ptr": a_ptr, "b_ptr": b_ptr, "c_ptr": c_ptr, "ws_ptr": workspace_ptr or 0,
                   "M": m, "N": n, "K": k, "NUMEL": m * n}
         if self.plan.descriptors:
-            bases = {"a_desc": a_ptr, "b_desc": b_ptr, "c_desc": c_ptr}
-            bases = {name: DevicePointer(ptr, self._f16) for name, ptr in bases.items()}
-            values.update(make_descriptors(self.plan, values, bases))
+            values.update(self._descriptors(values))
+        for run, step in runners:
+            values["NUM_PROGRAMS"] = step.grid
+            run(*step.kernel.args(values), stream=stream or 0)
+
+    def _prepare(self, m: int, n: int, k: int):
+        """What a launch at (m, n, k) needs that doesn't change between calls: the
+        workspace size, and per kernel its grid and Triton runner (the lean host path)."""
+        runners = []
         for step in self._steps(aligned_params(m, n, k)):
-            step.launch(values, m, n, self._num_sms, stream or 0)
+            grid = self.plan.grid(step.kernel, m, n, self._num_sms)
+            runners.append((step.compiled[(grid, 1, 1)], _Sized(step.kernel, grid)))
+        prepared = (self.plan.workspace_bytes(m, n, k), runners)
+        if len(self._prepared) >= PREPARED_SHAPES:
+            self._prepared.pop(next(iter(self._prepared)))
+        self._prepared[(m, n, k)] = prepared
+        return prepared
+
+    def _descriptors(self, values: dict) -> dict:
+        """TMA descriptors for these pointers and sizes; the last set is reused while the
+        caller passes the same buffers (the usual case with PyTorch's caching allocator)."""
+        key = tuple(values[k] for k in ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K"))
+        if self._last_descriptors[0] != key:
+            bases = {"a_desc": values["a_ptr"], "b_desc": values["b_ptr"],
+                     "c_desc": values["c_ptr"]}
+            bases = {name: DevicePointer(ptr, self._f16) for name, ptr in bases.items()}
+            self._last_descriptors = (key, make_descriptors(self.plan, values, bases))
+        return self._last_descriptors[1]
+
+
+class _Sized:
+    """A kernel of the plan with its grid at one problem size."""
+
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel: KernelPlan, grid: int):
+        self.kernel, self.grid = kernel, grid
 
 
 def make_descriptors(plan: LaunchPlan, values: dict, bases: dict) -> dict:

@@ -1,0 +1,104 @@
+"""Issue 3's benchmark: Triton (best of a small sweep per shape) against cuBLAS, on a
+50-shape sample of the grid, plus host overhead and repeatability.
+
+    python3 benchmarks/triton_sample.py [--shapes sample:50:3] [--name triton_sample]
+
+Sample: `sample:50:3` draws 50 of the 1,000 grid shapes uniformly without replacement with
+Python's random.Random(3) (search.commands.parse_shapes). Per shape, every program of
+SWEEP that verify accepts is measured with search.env.evaluate (gate first; kernel time
+from CUDA graphs and call time, cuBLAS NN/TN interleaved in the same process). The first
+program is measured twice in the same batch for every shape: the difference between the
+two is the repeatability figure. Host overhead = call_us - kernel_us, for the candidate and
+for torch.matmul in the same run. Results: benchmarks/results/<name>.csv and .png; the
+summary printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ir import check, parse  # noqa: E402
+from search.commands import parse_shapes  # noqa: E402
+from search.env import evaluate  # noqa: E402
+from search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from search.records import BenchSettings  # noqa: E402
+from search.report import best_per_shape, write_report  # noqa: E402
+
+SWEEP = [
+    "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+    "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s4 swnone row/8 pred k1 persistent c1x1 nows tma",
+    "triton sm_90a 128x128x64 w2x2 s4 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_90a 64x128x64 w2x2 s4 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_90a 64x64x64 w2x2 s4 swnone row/4 pred k1 dp c1x1 nows direct",
+    "triton sm_90a 64x64x128 w2x2 s3 swnone row/4 pred k4 dp c1x1 nows direct",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="sample:50:3")
+    ap.add_argument("--name", default="triton_sample")
+    args = ap.parse_args()
+    settings = BenchSettings(protocols=("kernel", "call"), rounds=3, call_repeats=5)
+    results = []
+    with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
+        for problem in parse_shapes(args.shapes):
+            programs = [p for p in map(parse, SWEEP) if check(p, problem) is None]
+            results += evaluate([programs[0], *programs], problem, device_runner=runner,
+                                builders=builders, settings=settings)
+    csv_path, png_path = write_report(results, args.name)
+    print(f"wrote {csv_path} and {png_path}")
+    print(summary(results))
+    return 0
+
+
+def _geomean(xs) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def summary(results) -> str:
+    best = best_per_shape(results)
+    by_decade = defaultdict(list)
+    for r in best:
+        by_decade[int(math.log10(r.flops))].append(r.speedup)
+    lines = ["decade  shapes  geomean(cuBLAS/kernel)  min    max"]
+    for d in sorted(by_decade):
+        xs = by_decade[d]
+        lines.append(f"1e{d:<5} {len(xs):6d}  {_geomean(xs):22.3f}  {min(xs):.3f}  {max(xs):.3f}")
+    big = [r.speedup for r in best if r.flops >= 1e11]
+    lines.append(f">=1e11  {len(big):6d}  {_geomean(big):22.3f}")
+    over = [(r.call_us - r.kernel_us, r.cublas_call_us - r.cublas_us) for r in best
+            if r.call_us and r.cublas_call_us]
+    if over:
+        ours, torch_ = statistics.median(o[0] for o in over), statistics.median(o[1] for o in over)
+        lines.append(f"host overhead per call (median over shapes): gemmforge {ours:.1f} us, "
+                     f"torch.matmul {torch_:.1f} us")
+    lines.append(f"repeatability (same program twice, |t1 - t2| / mean): {_repeat(results)}")
+    failed = [r for r in results if not r.ok]
+    lines += [f"FAILED {r.m}x{r.n}x{r.k} {r.program}: {r.kind}: {r.message[:160]}"
+              for r in failed[:10]]
+    return "\n".join(lines)
+
+
+def _repeat(results) -> str:
+    pairs = defaultdict(list)
+    for r in results:
+        if r.ok:
+            pairs[(r.m, r.n, r.k, r.program)].append(r.kernel_us)
+    diffs = [abs(a - b) / ((a + b) / 2) for ts in pairs.values() if len(ts) == 2
+             for a, b in [ts]]
+    if not diffs:
+        return "n/a"
+    return (f"median {100 * statistics.median(diffs):.2f}%, max {100 * max(diffs):.2f}% "
+            f"over {len(diffs)} shapes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
