@@ -1,0 +1,176 @@
+"""Best ratio over cuBLAS vs candidates measured: the learned policy, optuna alone, random.
+
+    python benchmarks/learned_vs_optuna.py                      # replayed (synthetic), CPU
+    python benchmarks/learned_vs_optuna.py --replay FILE.csv    # recorded results
+    python benchmarks/learned_vs_optuna.py --gpu                # measured on CUDA device 0
+
+A sample of `--shapes` (default 100 grid shapes, seed 0) is split in half: the learned
+policy trains (GRPO, `--train-steps`) on one half through the same runner, and all methods
+are compared on the other half, each with `--candidates` (16) measured programs per shape:
+  learned  its proposals for the shape, best first;
+  optuna   search.tuner with no policy (TPE alone, in memory);
+  random   uniformly random legal programs.
+"best known" per shape is the best ratio any method found, and on replay also the best of
+`--reference` extra random legal programs. Writes benchmarks/results/<--name>.csv (one row
+per method, shape and candidate count) and .png (mean fraction of best known vs
+candidates), and prints the fraction at the last candidate and how many shapes are within
+5% of the best known.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ir.program import Arch, Problem  # noqa: E402
+from ir.space import Space  # noqa: E402
+from search.commands import RandomPolicy, parse_shapes  # noqa: E402
+from search.report import RESULTS_DIR  # noqa: E402
+
+METHODS = ("learned", "optuna", "random")
+
+
+def _ratios(results) -> list[float]:
+    return [r.speedup if r.ok and r.speedup else 0.0 for r in results]
+
+
+def _running_max(values: list[float], n: int) -> list[float]:
+    out, best = [], 0.0
+    for v in (values + [0.0] * n)[:n]:
+        best = max(best, v)
+        out.append(best)
+    return out
+
+
+def _optuna_curve(runner, problem, args) -> list[float]:
+    from search.tuner import Budget, Tuner, TuneSettings
+    settings = TuneSettings(budget=Budget(args.candidates), batch=4, seed=args.seed,
+                            backends=args.backends)
+    tuner = Tuner(runner, None, ":memory:", settings)
+    tuner.tune(problem)
+    trials = sorted((t for t in tuner.study(problem).trials if t.user_attrs.get("measured")),
+                    key=lambda t: t.number)
+    return [t.user_attrs["speedup"] or 0.0 for t in trials]
+
+
+def _curves(runner, problem, policy, arch, args) -> dict[str, list[float]]:
+    n = args.candidates
+    random_policy = RandomPolicy([arch], args.backends, seed=args.seed)
+    raw = {"learned": _ratios(runner.evaluate(policy.propose(problem, arch, n), problem)),
+           "optuna": _optuna_curve(runner, problem, args),
+           "random": _ratios(runner.evaluate(random_policy.propose(problem, arch, n), problem))}
+    return {m: _running_max(v, n) for m, v in raw.items()}
+
+
+def _reference(runner, problem, arch, args) -> float:
+    if args.gpu or not args.reference:
+        return 0.0
+    space = Space.build([arch], args.backends, problem)
+    rng = random.Random(args.seed)
+    programs = [space.sample_legal(problem, rng) for _ in range(args.reference)]
+    return max(_ratios(runner.evaluate(programs, problem)), default=0.0)
+
+
+def _plot(rows: list[dict], path: Path, n: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for method in METHODS:
+        ys = [statistics.mean(r["fraction"] for r in rows
+                              if r["method"] == method and r["candidates"] == c)
+              for c in range(1, n + 1)]
+        ax.plot(range(1, n + 1), ys, marker="o", markersize=3, label=method)
+    ax.axhline(0.95, color="gray", linestyle="--", linewidth=0.8, label="95% of best known")
+    ax.set_xlabel("candidates measured per shape")
+    ax.set_ylabel("best ratio / best known (mean over held-out shapes)")
+    ax.set_title("learned policy vs optuna vs random (held-out shapes)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _runner(args):
+    if args.gpu:
+        from search.runners import HarnessRunner
+        return HarnessRunner(0)
+    from search.replay import ReplayRunner
+    return ReplayRunner(None if args.replay == "synthetic" else args.replay,
+                        archs=(args.arch,))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from policy.learned import LearnedPolicy
+    args.backends = tuple(args.backends.split(",")) if args.backends else None
+    problems = parse_shapes(args.shapes)
+    train, held = problems[: len(problems) // 2], problems[len(problems) // 2:]
+    runner = _runner(args)
+    arch = Arch(args.arch)
+    try:
+        policy = LearnedPolicy(archs=(arch,), backends=args.backends, seed=args.seed)
+        policy.train(train, runner, steps=args.train_steps)
+        if args.checkpoint:
+            policy.save(args.checkpoint)
+        rows = []
+        for problem in held:
+            curves = _curves(runner, problem, policy, arch, args)
+            known = max(max(c[-1] for c in curves.values()),
+                        _reference(runner, problem, arch, args)) or 1.0
+            rows += [{"method": m, "shape": str(problem), "candidates": i + 1,
+                      "best_ratio": v, "best_known": known, "fraction": v / known,
+                      "device": runner.device}
+                     for m, c in curves.items() for i, v in enumerate(c)]
+    finally:
+        runner.close()
+    _write(rows, args)
+    return 0
+
+
+def _write(rows: list[dict], args) -> None:
+    out = Path(args.out_dir) if args.out_dir else RESULTS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out / f"{args.name}.csv", out / f"{args.name}.png"
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    _plot(rows, png_path, args.candidates)
+    last = [r for r in rows if r["candidates"] == args.candidates]
+    for method in METHODS:
+        fr = [r["fraction"] for r in last if r["method"] == method]
+        within = sum(f >= 0.95 for f in fr)
+        print(f"{method:8s} mean best/known at {args.candidates}: {statistics.mean(fr):.3f}  "
+              f"geomean {math.exp(statistics.mean(math.log(max(f, 1e-9)) for f in fr)):.3f}  "
+              f"within 5%: {within}/{len(fr)}")
+    print(f"wrote {csv_path}\nwrote {png_path}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default="sample:100:0", help="as gemmforge tune --shapes")
+    p.add_argument("--candidates", type=int, default=16)
+    p.add_argument("--train-steps", type=int, default=80)
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--backends", help="comma list (default: every registered backend)")
+    p.add_argument("--replay", default="synthetic", help="record file, or 'synthetic'")
+    p.add_argument("--gpu", action="store_true", help="measure on CUDA device 0 instead")
+    p.add_argument("--reference", type=int, default=300,
+                   help="extra random programs per shape for 'best known' (replay only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", help="save the trained policy here")
+    p.add_argument("--name", default="learned_vs_optuna_replay")
+    p.add_argument("--out-dir", help="default benchmarks/results")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Where studies live and how they sample: storage URLs, study names, the tuner's sampler.
+
+Storage is any SQLAlchemy URL optuna's RDBStorage takes (PostgreSQL to share studies
+between machines); the default is SQLite in the user cache dir, opened in WAL mode so
+several worker processes on one machine share it; ":memory:" keeps a study in memory.
+Open the default storage in a browser with optuna-dashboard:
+
+    pip install optuna-dashboard
+    optuna-dashboard sqlite:///$HOME/.cache/gemmforge/tuning.db   # the path default_storage() prints
+"""
+from __future__ import annotations
+
+import copy
+import sqlite3
+import time
+import warnings
+from pathlib import Path
+
+from ir.program import Problem
+from search.env import WORST_REWARD
+
+DB_FILE = "tuning.db"
+INVALID_VALUE = WORST_REWARD - 1.0
+"""What the sampler takes an invalid program's trial to have scored: below every measured
+result (a program that built and failed still scores WORST_REWARD)."""
+SQLITE_TIMEOUT_S = 60
+
+
+def default_storage() -> str:
+    """sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
+    import platformdirs
+    folder = Path(platformdirs.user_cache_dir("gemmforge"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / DB_FILE}"
+
+
+def study_name(device: str, problem: Problem) -> str:
+    """"<device> | <problem text>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32"."""
+    return f"{device} | {problem}"
+
+
+def engine_kwargs(url: str) -> dict:
+    """SQLAlchemy engine options: SQLite in WAL mode with a long lock timeout (several
+    processes write one file); a pre-ping for server databases."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return {"pool_pre_ping": True} if not url.startswith("sqlite") else {}
+    path = url[len("sqlite:///"):]
+
+    def connect():
+        conn = sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+    return {"creator": connect}
+
+
+def open_storage(url: str | None = None, heartbeat_s: int = 30, grace_s: int = 120):
+    """The optuna storage for `url` (default_storage() if None, ":memory:" for none on
+    disk), with heartbeats: a RUNNING trial silent for `grace_s` is failed and retried
+    (up to twice) by the next `optuna.storages.fail_stale_trials` on its study."""
+    import optuna
+    url = url or default_storage()
+    if url == ":memory:":
+        return optuna.storages.InMemoryStorage()
+    import sqlalchemy
+    for attempt in range(5):  # processes starting together race to create optuna's tables
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
+                    grace_period=grace_s, heartbeat_stale_trial_callback=(
+                        optuna.storages.RetryHeartbeatStaleTrialCallback(2)))
+        except sqlalchemy.exc.DBAPIError:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+def fail_stale_trials(study) -> None:
+    """Fail (and re-enqueue) the study's trials whose process stopped heartbeating."""
+    import optuna
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)
+
+
+class _SamplerView:
+    """The study as the sampler sees it during one sampling call: a FAIL trial marked
+    `invalid` (its program failed ir.verify) looks COMPLETE with INVALID_VALUE, so TPE
+    learns to avoid illegal regions. Trials are read once per view (TPE asks once per
+    parameter group). Optuna's TPE reads trials through `study._get_trials`."""
+
+    def __init__(self, study):
+        self._study = study
+        self._trials = None
+
+    def __getattr__(self, name):
+        return getattr(self._study, name)
+
+    def _all(self) -> list:
+        from optuna.trial import TrialState
+        if self._trials is None:
+            self._trials = []
+            for t in self._study._get_trials(deepcopy=False, states=None, use_cache=False):
+                if t.state == TrialState.FAIL and t.user_attrs.get("invalid"):
+                    t = copy.copy(t)
+                    t.state, t.values = TrialState.COMPLETE, [INVALID_VALUE]
+                self._trials.append(t)
+        return self._trials
+
+    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False):
+        out = [t for t in self._all() if states is None or t.state in states]
+        return copy.deepcopy(out) if deepcopy else out
+
+
+def make_sampler(seed: int | None, startup_trials: int):
+    """Multivariate, grouped TPE (the space is conditional) with the constant liar (several
+    workers share a study) that learns from programs verify rejected."""
+    import optuna
+
+    class VerifiedTPESampler(optuna.samplers.TPESampler):
+        def infer_relative_search_space(self, study, trial):
+            return super().infer_relative_search_space(_SamplerView(study), trial)
+
+        def sample_relative(self, study, trial, search_space):
+            return super().sample_relative(_SamplerView(study), trial, search_space)
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            return super().sample_independent(_SamplerView(study), trial, param_name,
+                                              param_distribution)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return VerifiedTPESampler(seed=seed, n_startup_trials=startup_trials, multivariate=True,
+                                  group=True, constant_liar=True)

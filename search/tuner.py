@@ -1,0 +1,365 @@
+"""The tuner: one optuna study per (device, problem), fed by optuna's sampler and a policy.
+
+    from search.replay import ReplayRunner           # or HarnessRunner(0) on a GPU machine
+    tuner = Tuner(ReplayRunner(), policy=HeuristicPolicy(), storage="sqlite:///t.db",
+                  settings=TuneSettings(budget=Budget(trials=32)))
+    outcome = tuner.tune(parse_problem("1000x4096x333"))
+    outcome.best.program, outcome.best_ratio
+
+Per batch (`settings.batch` candidates): the policy's proposals enter the study as waiting
+trials (`study.enqueue_trial` with the program's parameters, user attr `source`), then
+`study.ask()` hands out waiting trials first and sampler trials after; `ir.space.Space`
+turns each trial into a Program. A program that fails ir.verify is a FAIL trial with user
+attr `reason` and costs no measurement; a program already measured in the study is told
+its earlier value (`duplicate_of`). The rest are measured together by the runner; each
+result is told (value = reward = log(cublas_us / kernel_us), a failed build or run gets
+search.env.WORST_REWARD with its `kind` and `message`) and observed by the policy. A new
+best goes to the tuned database.
+
+Budgets count the whole study, every run and worker together: `trials` measured
+candidates, `seconds` of measurement (the sum of each trial's `cost_s`). State lives only
+in the storage, so an interrupted run resumes where it stopped: the trials a run was
+measuring when it raised are failed and re-enqueued at once; those of a killed process stop
+heartbeating and are failed and re-enqueued (optuna's RetryHeartbeatStaleTrialCallback) by
+the next tuner to open the study after `grace_s`. Storage: any SQLAlchemy URL (PostgreSQL to
+share studies across machines), SQLite in the user cache dir by default, ":memory:" for a
+throw-away study. Study name: "<device> | <problem>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32".
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ir.program import Arch, Problem, Program
+from ir.space import Space
+from search.env import WORST_REWARD, reward
+from search.records import Result
+from search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
+from search.studies import fail_stale_trials, make_sampler, open_storage, study_name
+
+MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
+
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per problem, over the whole study: measured candidates, and seconds of measurement
+    (None: no time limit)."""
+
+    trials: int = 32
+    seconds: float | None = None
+
+    def __post_init__(self):
+        if self.trials < 1 or (self.seconds is not None and self.seconds <= 0):
+            raise ValueError(f"budget: trials must be >= 1 and seconds > 0, got {self}")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How the tuner spends a budget.
+
+    batch: candidates measured together (builds overlap); policy_share: the fraction of a
+    batch the policy proposes (the sampler fills the rest); backends: None for every
+    registered one; max_rejects: invalid or duplicate asks tolerated per candidate before
+    a random legal program is enqueued instead; startup_trials: TPE's random start;
+    heartbeat_s / grace_s: a running trial is stale after grace_s without a heartbeat;
+    command: recorded with each best program in the tuned database."""
+
+    budget: Budget = field(default_factory=Budget)
+    batch: int = 8
+    policy_share: float = 0.5
+    backends: tuple[str, ...] | None = None
+    seed: int | None = None
+    max_rejects: int = 50
+    startup_trials: int = 8
+    heartbeat_s: int = 30
+    grace_s: int = 120
+    command: str = ""
+
+
+@dataclass
+class Outcome:
+    """A problem's study after tuning: `measured` candidates, the best ok Result and the
+    source (policy name, "sampler", "random") of the best program."""
+
+    problem: Problem
+    study: str
+    measured: int
+    best: Result | None
+    source: str = ""
+
+    @property
+    def best_ratio(self) -> float | None:
+        return self.best.speedup if self.best else None
+
+
+def _trial_id(trial) -> int:
+    return trial._trial_id  # optuna's own code passes this to storage calls
+
+
+@contextmanager
+def _heartbeat(storage, trials: list, interval_s: float):
+    """Record a heartbeat for `trials` now and every `interval_s` until the block ends."""
+    if not hasattr(storage, "record_heartbeat"):
+        yield
+        return
+    stop = threading.Event()
+
+    def beat():
+        while True:
+            for t in trials:
+                try:
+                    storage.record_heartbeat(_trial_id(t))
+                except Exception:  # a transient storage error must not kill the run
+                    pass
+            if stop.wait(interval_s):
+                return
+    thread = threading.Thread(target=beat, daemon=True, name="gemmforge-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _measured(trials) -> list:
+    from optuna.trial import TrialState
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("measured")]
+
+
+def _result_attrs(result: Result, source: str, cost_s: float, worker: str) -> dict:
+    data = result.to_dict()
+    data["message"] = data.get("message", "")[:MESSAGE_CHARS]
+    return {"measured": True, "source": source, "status": result.status, "kind": result.kind,
+            "speedup": result.speedup, "cost_s": cost_s, "worker": worker, "result": data}
+
+
+class Tuner:
+    """Tunes problems on one runner (one device) against a storage shared by any number of
+    tuners. `policy` (policy.base.Policy, or None for the sampler alone) proposes part of
+    every batch and observes every result; `database` (search.database.TunedDatabase, or
+    None) receives each new best; `on_result(event: dict)` is called after every measured
+    candidate (keys: problem, measured, budget, reward, best_ratio, source, worker)."""
+
+    def __init__(self, runner: Runner, policy=None, storage: str | None = None,
+                 settings: TuneSettings | None = None, database=None,
+                 on_result: Callable[[dict], None] | None = None, worker: str = ""):
+        import optuna
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.runner, self.policy, self.database = runner, policy, database
+        self.settings = settings or TuneSettings()
+        self.storage = open_storage(storage, self.settings.heartbeat_s, self.settings.grace_s)
+        self.on_result, self.worker = on_result, worker
+        self._rng = random.Random(self.settings.seed)
+        self._observed: set[tuple[str, int]] = set()  # (study, trial number) seen by policy
+
+    def study(self, problem: Problem):
+        """The problem's study on this runner's device (created if missing)."""
+        import optuna
+        seed = None if self.settings.seed is None else self._rng.randrange(2 ** 31)
+        sampler = make_sampler(seed, self.settings.startup_trials)
+        return optuna.create_study(study_name=study_name(self.runner.device, problem),
+                                   storage=self.storage, sampler=sampler,
+                                   direction="maximize", load_if_exists=True)
+
+    def space(self, problem: Problem) -> Space:
+        return Space.build(self.runner.archs, self.settings.backends, problem)
+
+    def tune_all(self, problems: Sequence[Problem]) -> list[Outcome]:
+        return [self.tune(p) for p in problems]
+
+    def tune(self, problem: Problem) -> Outcome:
+        """Spend what is left of the problem's budget; return the study's outcome."""
+        study, space = self.study(problem), self.space(problem)
+        fail_stale_trials(study)
+        self._observe_history(study, problem)
+        while (room := self._room(study)) > 0:
+            self._enqueue_proposals(study, space, problem, room)
+            batch = self._ask(study, space, problem, room)
+            if not batch:
+                break
+            self._measure(study, problem, batch)
+        return self.outcome(study, problem)
+
+    def outcome(self, study, problem: Problem) -> Outcome:
+        measured = _measured(study.get_trials(deepcopy=False))
+        ok = [t for t in measured if t.user_attrs.get("status") == "ok"]
+        best = max(ok, key=lambda t: t.value, default=None)
+        result = Result.from_dict(best.user_attrs["result"]) if best else None
+        return Outcome(problem, study.study_name, len(measured), result,
+                       best.user_attrs.get("source", "") if best else "")
+
+    def _room(self, study) -> int:
+        """How many candidates this worker may start now (0: the budget is spent)."""
+        from optuna.trial import TrialState
+        trials = study.get_trials(deepcopy=False)
+        measured = _measured(trials)
+        running = sum(t.state == TrialState.RUNNING and bool(t.user_attrs.get("candidate"))
+                      for t in trials)
+        budget = self.settings.budget
+        if budget.seconds is not None and \
+                sum(t.user_attrs.get("cost_s", 0.0) for t in measured) >= budget.seconds:
+            return 0
+        return max(0, min(self.settings.batch, budget.trials - len(measured) - running))
+
+    def _observe_history(self, study, problem: Problem) -> None:
+        """Let the policy observe results stored by earlier runs or other workers."""
+        from ir.text import parse
+        if self.policy is None:
+            return
+        for t in _measured(study.get_trials(deepcopy=False)):
+            if (study.study_name, t.number) not in self._observed:
+                self._observed.add((study.study_name, t.number))
+                self.policy.observe(problem, parse(t.user_attrs["result"]["program"]), t.value)
+
+    def _known(self, study) -> dict[str, float | None]:
+        """Program text -> value of every program measured, being measured or queued."""
+        from optuna.trial import TrialState
+        known: dict[str, float | None] = {}
+        for t in study.get_trials(deepcopy=False):
+            text = t.user_attrs.get("program")
+            if text and (t.state == TrialState.RUNNING or t.user_attrs.get("measured")):
+                known[text] = t.value if t.state == TrialState.COMPLETE else None
+        return known
+
+    def _enqueue_proposals(self, study, space: Space, problem: Problem, room: int) -> None:
+        """Queue up to policy_share x room new policy programs (those not yet in the study)."""
+        from optuna.trial import TrialState
+        want = round(room * self.settings.policy_share)
+        if self.policy is None or want < 1:
+            return
+        if len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) >= room:
+            return
+        known = self._known(study)
+        proposals = self.policy.propose(problem, self.runner.archs[0], want + len(known))
+        fresh = [p for p in proposals if str(p) not in known and space.contains(p)][:want]
+        for program in fresh:
+            study.enqueue_trial(space.params(program), skip_if_exists=True,
+                                user_attrs={"source": self.policy.name, "program": str(program)})
+
+    def _ask(self, study, space: Space, problem: Problem, room: int) -> list[tuple]:
+        """Up to `room` (trial, program, source) to measure; invalid and duplicate asks are
+        told at once; after max_rejects of them in a row a random legal program is queued."""
+        from ir.verify import check
+        known, batch, rejects = self._known(study), [], 0
+        for _ in range(room * self.settings.max_rejects * 4):
+            if len(batch) == room:
+                break
+            with warnings.catch_warnings():  # heartbeats are ours (ask/tell, not optimize)
+                warnings.filterwarnings("ignore", message="Heartbeat of storage")
+                trial = study.ask()
+            if hasattr(self.storage, "record_heartbeat"):  # so a killed run's asks go stale
+                self.storage.record_heartbeat(_trial_id(trial))
+            program = space.suggest(trial)
+            text, source = str(program), trial.user_attrs.get("source", "sampler")
+            trial.set_user_attr("program", text)
+            trial.set_user_attr("source", source)
+            reason = check(program, problem)
+            if reason or text in known:
+                rejects += 1
+                self._reject(study, trial, reason, known.get(text))
+                if rejects % self.settings.max_rejects == 0:
+                    self._enqueue_random(study, space, problem, known)
+                continue
+            known[text] = None
+            trial.set_user_attr("candidate", True)
+            claim = self._claim(study, trial, text)
+            if claim == "surplus":
+                break
+            if claim == "ok":
+                batch.append((trial, program, source))
+        return batch
+
+    def _claim(self, study, trial, text: str) -> str:
+        """Settle a candidate against every worker's earlier candidates (trial numbers order
+        all asks): "duplicate" if an earlier one has the same program, "surplus" if earlier
+        ones fill the trial budget (both told at once), else "ok"."""
+        from optuna.trial import TrialState
+        earlier = [t for t in study.get_trials(deepcopy=False)
+                   if t.number < trial.number and t.user_attrs.get("candidate")
+                   and (t.state == TrialState.RUNNING or t.user_attrs.get("measured"))]
+        same = [t for t in earlier if t.user_attrs.get("program") == text]
+        if same:
+            self._reject(study, trial, None, same[0].value)
+            return "duplicate"
+        if len(earlier) < self.settings.budget.trials:
+            return "ok"
+        trial.set_user_attr("reason", "surplus: the budget was spent by other workers")
+        study.tell(trial, state=TrialState.FAIL)
+        return "surplus"
+
+    def _reject(self, study, trial, reason: str | None, value: float | None) -> None:
+        from optuna.trial import TrialState
+        if reason:
+            trial.set_user_attr("invalid", True)
+            trial.set_user_attr("reason", reason)
+            study.tell(trial, state=TrialState.FAIL)
+        elif value is not None:
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, value)
+        else:  # a duplicate of one still being measured: no value to copy yet
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, state=TrialState.FAIL)
+
+    def _enqueue_random(self, study, space: Space, problem: Problem, known: dict) -> None:
+        for _ in range(100):
+            program = space.sample_legal(problem, self._rng)
+            if str(program) not in known:
+                study.enqueue_trial(space.params(program),
+                                    user_attrs={"source": "random", "program": str(program)})
+                return
+
+    def _measure(self, study, problem: Problem, batch: list[tuple]) -> None:
+        """Measure a batch; tell, observe and record each result. If anything raises (an
+        interrupt included), the batch's untold trials are failed and re-enqueued."""
+        trials = [t for t, _, _ in batch]
+        told: set[int] = set()
+        try:
+            start = time.monotonic()
+            with _heartbeat(self.storage, trials, self.settings.heartbeat_s):
+                results = self.runner.evaluate([p for _, p, _ in batch], problem)
+            cost = (time.monotonic() - start) / len(batch)
+            best = self.outcome(study, problem).best
+            for (trial, program, source), result in zip(batch, results):
+                best = self._tell(study, problem, trial, program, source, result, cost, best)
+                told.add(trial.number)
+        finally:
+            self._requeue(study, [b for b in batch if b[0].number not in told])
+
+    def _tell(self, study, problem, trial, program, source, result, cost, best):
+        value = reward(result)
+        for key, attr in _result_attrs(result, source, cost, self.worker).items():
+            trial.set_user_attr(key, attr)
+        study.tell(trial, value)
+        self._observed.add((study.study_name, trial.number))
+        if self.policy is not None:
+            self.policy.observe(problem, program, value)
+        if result.ok and value > WORST_REWARD and (best is None or reward(best) < value):
+            best = result
+            if self.database is not None:
+                self.database.record(self.runner.device, problem, result,
+                                     self.settings.command, study=study.study_name)
+        if self.on_result is not None:
+            self.on_result({"problem": problem, "measured": len(_measured(
+                study.get_trials(deepcopy=False))), "budget": self.settings.budget.trials,
+                "reward": value, "best_ratio": best.speedup if best else None,
+                "source": source, "worker": self.worker})
+        return best
+
+    def _requeue(self, study, batch: list[tuple]) -> None:
+        """Fail trials a run abandoned and queue their programs again."""
+        from optuna.trial import TrialState
+        for trial, program, source in batch:
+            try:
+                trial.set_user_attr("reason", "interrupted: re-enqueued")
+                study.tell(trial, state=TrialState.FAIL)
+                study.enqueue_trial(trial.params, user_attrs={
+                    "source": source, "program": str(program), "retry_of": trial.number})
+            except Exception:  # already told, or the storage is gone: the heartbeat
+                pass           # timeout retries it on the next run

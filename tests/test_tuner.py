@@ -1,0 +1,142 @@
+"""search.tuner on the replay runner: policy proposals and sampler trials in one study, the
+best recorded program found within budget, verify failures as FAIL trials, budgets, and
+resume after an exception or a killed process with no finished trial lost."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from ir.program import Arch, Problem
+from policy.heuristic import HeuristicPolicy
+from search import replay
+from search.database import TunedDatabase
+from search.records import replace
+from search.tuner import Budget, Tuner, TuneSettings
+
+PROBLEM = Problem(512, 2048, 1024)
+ARCHS = ("sm_90a",)
+SETTINGS = dict(backends=("cuda_mma",), batch=4, seed=0, heartbeat_s=1, grace_s=2)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'studies.db'}"
+
+
+def _measured(study):
+    return {t.number: t.value for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("measured")}
+
+
+def test_finds_the_best_recorded_program_within_budget(tmp_path):
+    proposals = HeuristicPolicy().propose(PROBLEM, Arch.SM90A, 10)
+    star = proposals[7]  # ranked low by the heuristic: the search must get there
+    recorded = [replace(replay.synthetic_result(p, PROBLEM), flags=(), device="recorded")
+                for p in proposals]
+    recorded[7] = replace(recorded[7], kernel_us=recorded[7].cublas_us / 2)
+    runner = replay.ReplayRunner(recorded, archs=ARCHS)
+    db = TunedDatabase(_url(tmp_path))
+    tuner = Tuner(runner, HeuristicPolicy(), _url(tmp_path),
+                  TuneSettings(budget=Budget(24), **SETTINGS), database=db)
+    outcome = tuner.tune(PROBLEM)
+    assert outcome.measured == 24
+    assert outcome.best.program == str(star) and outcome.best_ratio == pytest.approx(2.0)
+    assert outcome.source == "heuristic" and outcome.best.device == "recorded"
+    assert db.best("replay", PROBLEM).program == star
+    study = tuner.study(PROBLEM)
+    sources = {t.user_attrs.get("source") for t in study.trials if t.user_attrs.get("measured")}
+    assert {"heuristic", "sampler"} <= sources
+    invalid = [t for t in study.trials if t.user_attrs.get("invalid")]
+    assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["reason"]
+               for t in invalid)
+    assert tuner.tune(PROBLEM).measured == 24  # budget spent: a second run measures nothing
+
+
+def test_time_budget(tmp_path):
+    runner = replay.ReplayRunner(archs=ARCHS, delay_s=0.05)
+    settings = TuneSettings(budget=Budget(1000, seconds=0.5), **SETTINGS)
+    outcome = Tuner(runner, None, _url(tmp_path), settings).tune(PROBLEM)
+    assert 4 <= outcome.measured <= 20
+
+
+class _Crashing(replay.ReplayRunner):
+    def __init__(self, after: int, **kw):
+        super().__init__(**kw)
+        self.after = after
+
+    def evaluate(self, programs, problem):
+        self.after -= 1
+        if self.after < 0:
+            raise KeyboardInterrupt("simulated interrupt")
+        return super().evaluate(programs, problem)
+
+
+def test_resume_after_an_exception_loses_nothing(tmp_path):
+    settings = TuneSettings(budget=Budget(20), **SETTINGS)
+    first = Tuner(_Crashing(after=2, archs=ARCHS), HeuristicPolicy(), _url(tmp_path), settings)
+    with pytest.raises(KeyboardInterrupt):
+        first.tune(PROBLEM)
+    before = _measured(first.study(PROBLEM))
+    assert len(before) == 8
+    resumed = Tuner(replay.ReplayRunner(archs=ARCHS), HeuristicPolicy(), _url(tmp_path),
+                    settings)
+    assert resumed.tune(PROBLEM).measured == 20
+    study = resumed.study(PROBLEM)
+    after = _measured(study)
+    assert all(after[n] == v for n, v in before.items())
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    retried = [t for t in study.trials if "retry_of" in t.user_attrs and t.number in after]
+    assert len(retried) == 4  # the batch in flight was measured on resume
+
+
+_WORKER = textwrap.dedent("""
+    import sys
+    from ir.program import Problem
+    from policy.heuristic import HeuristicPolicy
+    from search.replay import ReplayRunner
+    from search.tuner import Budget, Tuner, TuneSettings
+    settings = TuneSettings(budget=Budget(40), backends=("cuda_mma",), batch=4, seed=0,
+                            heartbeat_s=1, grace_s=2)
+    runner = ReplayRunner(archs=("sm_90a",), delay_s=0.1)
+    Tuner(runner, HeuristicPolicy(), sys.argv[1], settings).tune(Problem(512, 2048, 1024))
+""")
+
+
+def test_resume_after_a_killed_process_loses_nothing(tmp_path):
+    url = _url(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER, url], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    settings = TuneSettings(budget=Budget(40), **SETTINGS)
+    tuner = Tuner(replay.ReplayRunner(archs=ARCHS), HeuristicPolicy(), url, settings)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if not Path(url[10:]).exists():
+            continue
+        study = tuner.study(PROBLEM)
+        if len(_measured(study)) >= 8 and any(
+                t.state == optuna.trial.TrialState.RUNNING for t in study.trials):
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    study = tuner.study(PROBLEM)
+    before = _measured(study)
+    running = [t.number for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(before) >= 8 and running, "the worker should die in the middle of a batch"
+    time.sleep(settings.grace_s + 1.5)  # its trials' heartbeats go stale
+    assert tuner.tune(PROBLEM).measured == 40
+    study = tuner.study(PROBLEM)
+    after = _measured(study)
+    assert all(after[n] == v for n, v in before.items())
+    states = {t.number: t.state for t in study.trials}
+    assert all(states[n] == optuna.trial.TrialState.FAIL for n in running)
+    retried = {t.system_attrs.get("failed_trial") for t in study.trials if t.number in after}
+    assert set(running) <= retried
