@@ -15,10 +15,11 @@ from ir.verify import VerifyError, verify
 
 
 def choose_program(problem: Problem, arch: Arch, program: Program | None = None) -> Program:
-    """`program` if given (checked against `arch`), else the policy's choice for `problem`."""
+    """`program` if given (checked against `arch`), else the tuned database's program for
+    `problem` (or its nearest tuned shape's, when legal here), else the heuristic's."""
     if program is None:
-        from policy.heuristic import default_program
-        return default_program(problem, arch)
+        from compiler.ops import program_for
+        return program_for(problem, arch)
     if program.arch != arch:
         raise VerifyError(f"arch: the program is {program.arch.value} but --arch is {arch.value}")
     return program

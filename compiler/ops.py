@@ -25,7 +25,8 @@ def _arch_of(device_sm: int) -> Arch:
 
 
 def program_for(problem: Problem, arch: Arch) -> Program:
-    """The tuned database's program for `problem` if it has one, else the heuristic's."""
+    """The tuned database's program for `problem` (exact, or the nearest tuned shape's when
+    it is legal here) if it has one, else the heuristic's."""
     try:
         from search.database import lookup
         tuned = lookup(problem, arch)

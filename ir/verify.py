@@ -48,8 +48,8 @@ def _check_fields(p: Program, be) -> str | None:
         value = getattr(p, fld)
         if value in values:
             continue
-        if len(values) == 1:
-            default = getattr(DEFAULTS, fld)
+        default = getattr(DEFAULTS, fld)
+        if values == {default}:
             return (f"{fld}: {p.backend} ignores this field; leave it at its default "
                     f"({field_text(fld, default)}), not {field_text(fld, value)}")
         shown = ", ".join(sorted(field_text(fld, v) for v in values))

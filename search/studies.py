@@ -27,7 +27,12 @@ SQLITE_TIMEOUT_S = 60
 
 
 def default_storage() -> str:
-    """sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
+    """$GEMMFORGE_TUNE_DB if set (an SQLAlchemy URL), else
+    sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
+    from compiler.knobs import knobs
+    url = knobs().tune_db
+    if url:
+        return url
     import platformdirs
     folder = Path(platformdirs.user_cache_dir("gemmforge"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Each test session builds into its own artifact cache, never the user's."""
-    root = tmp_path_factory.getbasetemp() / "artifact-cache"
-    monkeypatch.setenv("GEMMFORGE_CACHE_DIR", str(root))
+    """Each test session builds into its own artifact cache and tunes into its own
+    database, never the user's."""
+    root = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("GEMMFORGE_CACHE_DIR", str(root / "artifact-cache"))
+    monkeypatch.setenv("GEMMFORGE_TUNE_DB", f"sqlite:///{root / 'tuning.db'}")

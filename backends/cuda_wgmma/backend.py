@@ -1,0 +1,93 @@
+"""cuda_wgmma: Hopper (sm_90a) GEMM from jinja2 templates and inline PTX.
+
+The kernel, in steps (templates/kernel.cuh.jinja):
+  1. The launcher builds two TMA tensor maps on the host (cuTensorMapEncodeTiled, reached
+     through cudaGetDriverEntryPointByVersion so the .so links only cudart), cached per
+     (pointers, M, N, K), and passes them as `const __grid_constant__ CUtensorMap`.
+  2. A ring of `stages` shared-memory stages, each with a `full` and an `empty` mbarrier.
+     The producer (warp_spec cooperative: a whole warpgroup that gives its registers away
+     with setmaxnreg.dec; warp_spec none: thread 0 of the first consumer, between its own
+     wgmmas) waits for `empty`, posts the stage's byte count on `full`
+     (arrive.expect_tx) and issues cp.async.bulk.tensor loads of A and B into it,
+     128B-swizzled; out-of-bounds elements arrive as zeros, so ragged M, N, K need no masks.
+  3. Each consumer warpgroup (setmaxnreg.inc) owns a wg_m x wg_n block of the CTA tile; per
+     stage it waits on `full` (try_wait.parity), issues bk/16 x wg_m/64 wgmma.mma_async
+     m64n{wg_n}k16 from shared-memory descriptors (B transposed for layout nn), commits,
+     and once the previous stage's group has retired (wait_group 1) frees that stage.
+  4. Epilogue: accumulators go straight from registers to C (predicated at the edges), or to
+     fp32 split-K partials that a reduce kernel sums (workspace) or accumulates (atomic).
+  5. schedule persistent: as many CTAs (clusters) as fit at once walk the units (tile x K
+     slice, grouped raster) with a stride; the producer runs ahead across unit boundaries.
+  6. cluster cm x cn: CTA (i, j) loads 1/cn of the A tile and 1/cm of the B tile and
+     multicasts each slice to the CTAs sharing it; `empty` counts the consumers of every
+     CTA writing into a stage (remote arrives through mapa); a cluster barrier follows the
+     mbarrier inits, and each producer drains the ring before exiting so no peer signals a
+     CTA that has gone.
+
+Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC
+(`gemmforge emit` writes the standalone .cu with these commands in its header).
+
+Constraints:
+  - arch sm_90a; swizzle sw128; tile.bk a multiple of 64; tile.bm <= 256 (bn <= 256 for nt);
+  - warps wm x wn consumer warpgroups, at most 4; a warpgroup's N (bn / wn) <= 256 and, for
+    layout nn, a multiple of 64; its accumulator must fit its register budget;
+  - stages >= 2 and the ring within 227 KB of shared memory;
+  - padding predicate needs k % 8 == 0 (and n % 8 == 0 for nn): TMA reads 16-byte aligned
+    rows; padop copies unaligned operands into the workspace instead;
+  - schedule data_parallel or persistent; epilogue direct;
+  - cluster cm x cn with cm * cn <= 4, layout nt only. Open: with layout nn the same kernel
+    computed wrong results on an H200 (c2x1 and c1x2 alike, NaN in 1/8 of C at 4096^3, even
+    with B not multicast), while c1x1 nn and every nt cluster passed; declined until found.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends import register
+from backends.base import Source
+from backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
+from backends.cuda_wgmma.context import TMA_ROW_ALIGN_HALFS, make_context, reason
+from backends.templating import fingerprint, render
+from compiler import nvcc
+from ir.program import Arch, Epilogue, Padding, Problem, Program, Schedule, WarpSpec
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@register
+class CudaWgmma(CudaBackend):
+    """TMA + mbarrier ring + wgmma.mma_async, warp-specialized, for sm_90a.
+
+    The cuda family's build (nvcc into a .so with the extern "C" gemmforge_launch API),
+    loader and standalone self-test are reused; lowering and templates are its own.
+    """
+
+    name = "cuda_wgmma"
+    path = "wgmma"
+    archs = frozenset({Arch.SM90A})
+    instruction = "wgmma.mma_async"
+    mma_shape = (64, 8, 16)   # m64nNk16; a warpgroup's N is any multiple of 8 up to 256
+    unit_threads = 128        # Program.warps counts consumer warpgroups
+    allowed = {
+        "padding": frozenset(Padding),
+        "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}),
+        "warp_spec": frozenset({WarpSpec.NONE, WarpSpec.COOPERATIVE}),
+        "epilogue": frozenset({Epilogue.DIRECT}),
+    }
+
+    def supports(self, program: Program, problem: Problem | None = None) -> str | None:
+        return reason(program, problem)
+
+    def lower(self, program: Program, problem: Problem) -> Source:
+        ctx = make_context(program, problem).as_dict()
+        m, n, k = SELFTEST_DEFAULT
+        if program.padding == Padding.PREDICATE:  # the self-test's default shape must be legal
+            k = (k + TMA_ROW_ALIGN_HALFS - 1) // TMA_ROW_ALIGN_HALFS * TMA_ROW_ALIGN_HALFS
+        ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
+                   selftest_m=m, selftest_n=n, selftest_k=k)
+        text = render(TEMPLATES, "gemm.cu.jinja", ctx)
+        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
+                      f"{program.name}.cu")
+
+    def fingerprint(self) -> str:
+        return fingerprint(str(TEMPLATES))

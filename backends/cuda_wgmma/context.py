@@ -1,0 +1,242 @@
+"""The frozen template context of cuda_wgmma: every number the templates use, computed here
+(tile geometry, shared-memory layout, wgmma descriptor bits, register budgets), and the
+legality rules that follow from the same numbers (`reason()`), so that what verify checks
+and what the kernel is built from can't drift apart.
+
+Shared-memory layout (per pipeline stage, every tile base 1024-byte aligned):
+  A   bm rows x bk halves, K-major: bk / 64 TMA boxes of bm x 64, each bm x 128 bytes,
+      128B-swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)).
+  B   nt: bn rows x bk, K-major, as A (bk / 64 boxes of bn x 64).
+      nn: bk rows x bn, N-major: bn / 64 boxes of bk x 64 (one per 64 columns of N),
+      each bk x 128 bytes; wgmma reads it transposed (imm-trans-b = 1).
+A wgmma descriptor names one 64-row (A) or wg_n-column (B) slab of a stage; its k16 steps
+move the start address: +32 bytes inside a 128-byte K-major row (a new box every 4 steps),
+or +16 rows (2048 bytes) of an N-major box.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
+from ir.program import (
+    Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Reduction, Schedule, Swizzle,
+    WarpSpec,
+)
+
+WGMMA_M, WGMMA_K, WGMMA_N_MAX, WGMMA_N_STEP = 64, 16, 256, 8
+SWIZZLE_BYTES = 128          # one 128B-swizzled shared-memory row
+SWIZZLE_HALFS = SWIZZLE_BYTES // HALF_BYTES
+SWIZZLE_ATOM_BYTES = 8 * SWIZZLE_BYTES   # the swizzle pattern repeats every 8 rows
+DESC_LAYOUT_SW128 = 1        # wgmma descriptor bits 62-63: 128-byte swizzle
+DESC_UNIT = 16               # descriptor addresses and offsets count 16-byte units
+TMA_BOX_MAX = 256            # a TMA box spans at most 256 elements per dimension
+TMA_ROW_ALIGN_HALFS = 8      # TMA needs 16-byte aligned global row strides
+MBARRIER_BYTES = 8
+SMEM_ALIGN_SLACK = 1024      # dynamic shared memory is only 16-byte aligned: round up by hand
+REGS_PER_SM = LIMITS[Arch.SM90A].regs_per_sm
+MAX_THREAD_REGS = 255
+SETMAXNREG_MAX = 256         # setmaxnreg takes 24..256, multiples of 8
+PRODUCER_REGS = {1: 40, 2: 40, 3: 24, 4: 24}  # the TMA warpgroup's registers, by consumer count
+ACC_HEADROOM_REGS = 48       # addressing, descriptors and loop state beside the accumulators
+MAX_CONSUMERS = 4
+MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
+
+
+def _floor8(x: int) -> int:
+    return x // 8 * 8
+
+
+def _ceil8(x: int) -> int:
+    return (x + 7) // 8 * 8
+
+
+@dataclass(frozen=True)
+class WgmmaContext:
+    kernel_name: str
+    program_text: str
+    layout: str              # nn, nt
+    acc: str                 # f32, f16
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    consumers: int           # consumer warpgroups (each issues wgmma)
+    wn: int                  # consumers along N (wm = consumers / wn along M)
+    wg_m: int                # C block one consumer owns: wg_m x wg_n
+    wg_n: int
+    m_atoms: int             # m64 wgmmas per k16 step per consumer
+    k_atoms: int             # k16 steps per k-tile
+    acc_regs: int            # registers of one m64 x wg_n accumulator per thread
+    producer: bool           # a producer warpgroup issues TMA (cooperative), else thread 0 does
+    threads: int
+    producer_regs: int
+    consumer_regs: int       # setmaxnreg target of the consumers (or the plain cap without one)
+    a_boxes: int             # TMA boxes per stage: A, then B
+    b_boxes: int
+    a_box_rows: int
+    b_box_rows: int
+    a_box_bytes: int
+    b_box_bytes: int
+    a_tile_bytes: int
+    b_tile_bytes: int
+    smem_bytes: int          # dynamic shared memory requested, slack included
+    a_desc_hi: str           # wgmma descriptor bits besides the start address (hex)
+    b_desc_hi: str
+    tnsp_b: int
+    consumer_inc: bool       # setmaxnreg.inc has registers to gain (else only the producer's dec)
+    cluster_m: int           # CTAs of a cluster along M (they share B) and along N (share A)
+    cluster_n: int
+    a_slice_rows: int        # rows of each A box this CTA loads and multicasts (bm / cluster_n)
+    b_slice_rows: int        # rows of each B box this CTA loads and multicasts (/ cluster_m)
+    empty_arrivals: int      # consumer warpgroups, of every CTA writing into this one, per stage
+    persistent: bool
+    raster_col: bool
+    raster_group: int
+    split_k: int
+    atomic_reduce: bool
+    predicate: bool
+    mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _desc_hi(lbo: int, sbo: int) -> str:
+    bits = ((lbo // DESC_UNIT) << 16) | ((sbo // DESC_UNIT) << 32) | (DESC_LAYOUT_SW128 << 62)
+    return f"0x{bits:016x}ull"
+
+
+def geometry(program: Program, layout: Layout) -> dict:
+    """The numbers legality and lowering share (no problem size needed)."""
+    t, w = program.tile, program.warps
+    consumers = w.count
+    producer = program.warp_spec == WarpSpec.COOPERATIVE
+    threads = (consumers + producer) * WARPGROUP_THREADS
+    entry = min(MAX_THREAD_REGS, _floor8(REGS_PER_SM // threads))
+    if producer:
+        # setmaxnreg.inc draws only on the registers this CTA's producer released with .dec
+        # (USETMAXREG.TRY_ALLOC.CTAPOOL): asking for more spins forever. With __launch_bounds__
+        # (threads, 1) ptxas gives every warp `entry` registers at launch (a CPU test checks),
+        # so prod + consumers * cons <= (consumers + 1) * entry, 255 counting as 256.
+        prod = PRODUCER_REGS.get(consumers, 24)
+        pool = (consumers + 1) * min(SETMAXNREG_MAX, _ceil8(entry))
+        cons = min(SETMAXNREG_MAX, _floor8((pool - prod) // consumers))
+    else:
+        prod, cons = 0, entry
+    nt = layout == Layout.NT
+    b_box_rows = t.bn if nt else t.bk
+    b_boxes = t.bk // SWIZZLE_HALFS if nt else t.bn // SWIZZLE_HALFS
+    stage_bytes = (t.bm + t.bn) * t.bk * HALF_BYTES
+    c = program.cluster
+    return dict(
+        consumers=consumers, producer=producer, threads=threads, entry_regs=entry,
+        consumer_inc=producer and cons > min(SETMAXNREG_MAX, _ceil8(entry)),
+        a_slice_rows=t.bm // c.cn, b_slice_rows=b_box_rows // c.cm,
+        producer_regs=prod, consumer_regs=cons,
+        wg_m=t.bm // w.wm, wg_n=t.bn // w.wn, nt=nt,
+        a_boxes=t.bk // SWIZZLE_HALFS, b_boxes=b_boxes, b_box_rows=b_box_rows,
+        a_box_bytes=t.bm * SWIZZLE_BYTES, b_box_bytes=b_box_rows * SWIZZLE_BYTES,
+        smem_bytes=program.stages * (stage_bytes + 2 * MBARRIER_BYTES) + SMEM_ALIGN_SLACK,
+    )
+
+
+def acc_regs(wg_n: int, acc: Accum) -> int:
+    """32-bit registers per thread of one m64 x wg_n accumulator (f16 packs two)."""
+    return wg_n // 2 if acc == Accum.F32 else wg_n // 4
+
+
+def reason(program: Program, problem: Problem | None) -> str | None:
+    """Why this program can't be lowered (for `problem`, if given), or None."""
+    t, w = program.tile, program.warps
+    layout = problem.layout if problem else Layout.NT
+    g = geometry(program, layout)
+    if program.swizzle != Swizzle.B128:
+        return (f"swizzle: cuda_wgmma stages operands through TMA in the 128B swizzle that "
+                f"wgmma descriptors read; use sw128, not {program.swizzle.value}")
+    if t.bk % SWIZZLE_HALFS:
+        return f"tile.bk: {t.bk} is not a multiple of {SWIZZLE_HALFS} (one 128-byte swizzled row)"
+    if t.bm > TMA_BOX_MAX or (layout == Layout.NT and t.bn > TMA_BOX_MAX):
+        return f"tile: bm and bn are at most {TMA_BOX_MAX} (one TMA box), got {t.bm}x{t.bn}"
+    if g["consumers"] > MAX_CONSUMERS:
+        return (f"warps: {w.wm}x{w.wn} is {g['consumers']} consumer warpgroups; at most "
+                f"{MAX_CONSUMERS} share a CTA's registers")
+    if g["wg_n"] > WGMMA_N_MAX:
+        return (f"warps.wn: a warpgroup's {g['wg_n']} columns exceed wgmma's largest N "
+                f"({WGMMA_N_MAX}); raise warps.wn")
+    if layout == Layout.NN and g["wg_n"] % SWIZZLE_HALFS:
+        return (f"warps.wn: layout nn reads B N-major in {SWIZZLE_HALFS}-column swizzle atoms; "
+                f"a warpgroup's {g['wg_n']} columns are not a whole number of them")
+    c = program.cluster
+    if c.size > MAX_CLUSTER_SIZE:
+        return f"cluster: {c.cm}x{c.cn} is {c.size} CTAs; cuda_wgmma multicasts to at most {MAX_CLUSTER_SIZE}"
+    if g["b_slice_rows"] % 8 or g["b_slice_rows"] * c.cm != g["b_box_rows"]:
+        return (f"cluster: cluster.cm {c.cm} cuts the {g['b_box_rows']}-row B box into slices that "
+                f"are not whole 8-row swizzle atoms")
+    if c.size > 1 and layout == Layout.NN:
+        return ("cluster: multicast clusters are verified for layout nt only; with layout nn "
+                "(N-major B boxes) they computed wrong results on an H200 (open: see "
+                "backends/cuda_wgmma/backend.py); use c1x1 for nn")
+    if program.stages < 2:
+        return "stages: the TMA ring needs at least 2 stages"
+    acc = problem.acc if problem else Accum.F32
+    need = (g["wg_m"] // WGMMA_M) * acc_regs(g["wg_n"], acc) + ACC_HEADROOM_REGS
+    if need > g["consumer_regs"]:
+        return (f"tile: a consumer's {g['wg_m']}x{g['wg_n']} {acc.value} accumulator needs about "
+                f"{need} registers per thread; {g['consumer_regs']} are available")
+    budget = LIMITS[program.arch].max_smem_per_block
+    if g["smem_bytes"] > budget:
+        return (f"stages: {program.stages} stages of {t.bm}x{t.bn}x{t.bk} need "
+                f"{g['smem_bytes']} B of shared memory (alignment slack and barriers "
+                f"included); {program.arch.value} allows {budget} B per CTA")
+    return _alignment_reason(program, problem)
+
+
+def _alignment_reason(program: Program, problem: Problem | None) -> str | None:
+    if problem is None or program.padding != Padding.PREDICATE:
+        return None
+    a = TMA_ROW_ALIGN_HALFS
+    if problem.k % a or (problem.layout == Layout.NN and problem.n % a):
+        return (f"padding: TMA reads rows whose stride is a multiple of 16 bytes (k % {a} == 0, "
+                f"and n % {a} == 0 for layout nn); {problem.shape} {problem.layout.value} is "
+                f"not: use padop (pad_operands), which copies the operands into the workspace")
+    return None
+
+
+def _wgmma_operands(n: int, acc: Accum, tnsp_b: int) -> dict:
+    regs = acc_regs(n, acc)
+    return {"name": f"wgmma_m64n{n}k16_{acc.value}", "n": n, "acc": acc.value, "regs": regs,
+            "desc_a": regs, "desc_b": regs + 1, "scale_d": regs + 2, "tnsp_b": tnsp_b}
+
+
+def make_context(program: Program, problem: Problem) -> WgmmaContext:
+    t, w = program.tile, program.warps
+    g = geometry(program, problem.layout)
+    tnsp_b = 0 if g["nt"] else 1
+    # K-major: 8-row groups 1024 B apart (SBO); the leading offset is unused (1 unit).
+    # N-major: 8-k-row groups 1024 B apart (SBO); 64-column atoms one box apart (LBO).
+    a_hi = _desc_hi(DESC_UNIT, SWIZZLE_ATOM_BYTES)
+    b_hi = a_hi if g["nt"] else _desc_hi(g["b_box_bytes"], SWIZZLE_ATOM_BYTES)
+    return WgmmaContext(
+        kernel_name=program.name, program_text=str(program),
+        layout=problem.layout.value, acc=problem.acc.value,
+        bm=t.bm, bn=t.bn, bk=t.bk, stages=program.stages,
+        consumers=g["consumers"], wn=w.wn, wg_m=g["wg_m"], wg_n=g["wg_n"],
+        m_atoms=g["wg_m"] // WGMMA_M, k_atoms=t.bk // WGMMA_K,
+        acc_regs=acc_regs(g["wg_n"], problem.acc),
+        producer=g["producer"], threads=g["threads"],
+        producer_regs=g["producer_regs"], consumer_regs=g["consumer_regs"],
+        a_boxes=g["a_boxes"], b_boxes=g["b_boxes"], a_box_rows=t.bm, b_box_rows=g["b_box_rows"],
+        a_box_bytes=g["a_box_bytes"], b_box_bytes=g["b_box_bytes"],
+        a_tile_bytes=t.bm * t.bk * HALF_BYTES, b_tile_bytes=t.bn * t.bk * HALF_BYTES,
+        smem_bytes=g["smem_bytes"], a_desc_hi=a_hi, b_desc_hi=b_hi, tnsp_b=tnsp_b,
+        consumer_inc=g["consumer_inc"], cluster_m=program.cluster.cm, cluster_n=program.cluster.cn,
+        a_slice_rows=g["a_slice_rows"], b_slice_rows=g["b_slice_rows"],
+        empty_arrivals=g["consumers"] * (program.cluster.cm + program.cluster.cn - 1),
+        persistent=program.schedule == Schedule.PERSISTENT,
+        raster_col=program.raster.order == RasterOrder.COL,
+        raster_group=program.raster.group,
+        split_k=program.split_k.slices,
+        atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
+        predicate=program.padding == Padding.PREDICATE,
+        mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
+    )

@@ -1,0 +1,148 @@
+"""GPU tier for cuda_wgmma (an H100/H200): every program computes the right answer.
+
+Fresh random normal inputs per test, the output NaN-filled first, every element compared
+with an fp32 reference by relative Frobenius error; an exact check with {0,1} inputs.
+Programs cover: one consumer without a producer warpgroup (nows), cooperative consumers
+with a setmaxnreg producer, split along M and along N, four consumers, persistent grids,
+split-K through the workspace and with atomics, bk 128, operand padding, and clusters with
+TMA multicast (2x1, and 2x2 over ragged edges).
+
+    python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
+    python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
+"""
+import math
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from compiler import pipeline
+from compiler.emit import build_selftest, emit
+from ir import Problem, parse
+
+pytestmark = pytest.mark.gpu
+
+PROGRAMS = [
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 col/8 pred k1 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x128 w1x1 s3 sw128 row/1 padop k2a dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w1x2 s4 sw128 row/8 padop k1 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 256x128x64 w4x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct",
+]
+SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64, 8192),
+          (129, 255, 1000)]
+KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
+TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
+
+
+def tolerance(k: int, acc: str) -> float:
+    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
+    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
+    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
+
+
+def computes(text: str, layout: str) -> bool:
+    """Clusters are declined for layout nn (see the backend's Constraints)."""
+    return " c1x1 " in text or layout == "nt"
+
+
+def readable(text: str, shape, layout: str) -> bool:
+    """Whether a program can compute this shape: padop always; predicate only with
+    16-byte aligned operand rows (k % 8 == 0, and n % 8 == 0 for layout nn)."""
+    _, n, k = shape
+    return " padop " in text or (k % TMA_ROW_ALIGN == 0
+                                 and (layout == "nt" or n % TMA_ROW_ALIGN == 0))
+
+
+@pytest.fixture(scope="session")
+def kernels(request):
+    """Every (program, layout, acc) the selected tests use, built once, in parallel (verified
+    for an aligned shape). Building only what `-k` selected keeps a split run cheap."""
+    target = pipeline.current_target()
+    wanted = {item.callspec.params.get("text", PROGRAMS[0]) for item in request.session.items
+              if hasattr(item, "callspec")} or set(PROGRAMS)
+    jobs = [(text, lay, acc) for text in PROGRAMS if text in wanted for lay, acc in KINDS
+            if computes(text, lay)]
+
+    def build(job):
+        text, lay, acc = job
+        return job, pipeline.compile(parse(text), Problem(256, 256, 256, lay, acc), target)
+    with ThreadPoolExecutor(16) as pool:
+        return {job: pipeline.load(art) for job, art in pool.map(build, jobs)}
+
+
+def operands(m, n, k, layout):
+    import torch
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    return a, b, (b if layout == "nn" else b.t().contiguous())
+
+
+@pytest.mark.parametrize("layout, acc", KINDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("text", PROGRAMS)
+def test_matches_fp32_reference(kernels, text, shape, layout, acc):
+    import torch
+    if not computes(text, layout):
+        pytest.skip("clusters are declined for layout nn")
+    if not readable(text, shape, layout):
+        pytest.skip("predicate program, unaligned rows (test_predicate_refuses_unaligned)")
+    m, n, k = shape
+    a, b, b_arg = operands(m, n, k, layout)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    kernels[(text, layout, acc)](a, b_arg, out=out)
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    err = (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
+    assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
+    assert err < tolerance(k, acc), f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("text", PROGRAMS)
+def test_exact_on_binary_inputs(kernels, text):
+    """{0,1} inputs with k <= 2048: every partial sum is an integer fp16 holds exactly."""
+    import torch
+    m, n, k = 200, 136, 520
+    for layout in [lay for lay in ("nn", "nt") if computes(text, lay)]:
+        a = torch.randint(0, 2, (m, k), device="cuda").half()
+        b = torch.randint(0, 2, (k, n), device="cuda").half()
+        out = kernels[(text, layout, "f32")](a, b if layout == "nn" else b.t().contiguous())
+        assert torch.equal(out.float(), a.float() @ b.float())
+
+
+def test_repeated_launches_reuse_cached_tensor_maps(kernels):
+    """Same pointers and shape twice (a cache hit), then new buffers: both right."""
+    import torch
+    kernel = kernels[(PROGRAMS[2], "nt", "f32")]
+    for _ in range(2):
+        a, b, b_arg = operands(512, 384, 256, "nt")
+        for _ in range(2):
+            out = kernel(a, b_arg)
+            ref = a.float() @ b.float()
+            assert (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)).item() < 5e-3
+
+
+def test_predicate_refuses_unaligned(kernels):
+    """A predicate program can't read k % 8 != 0 rows through TMA: the launch says so."""
+    import torch
+    a, _, b_arg = operands(64, 64, 65, "nt")
+    with pytest.raises(RuntimeError, match="cudaErrorInvalidValue"):
+        kernels[(PROGRAMS[0], "nt", "f32")](a, b_arg)
+
+
+@pytest.mark.parametrize("text, layout, acc", [(PROGRAMS[1], "nn", "f32"),
+                                               (PROGRAMS[3], "nt", "f16")])
+def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
+    """An emitted .cu, built with plain nvcc (no torch, no gemmforge), passes its main()."""
+    program = parse(text)
+    cu = emit(Problem(1000, 4096, 336, layout, acc), program, tmp_path)
+    exe = build_selftest(cu, program.arch)
+    shapes = [[], ["4096", "64", "8192"]] + ([["17", "33", "65"]] if " padop " in text else [])
+    for args in shapes:
+        done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "PASS" in done.stdout

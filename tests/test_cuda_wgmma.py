@@ -1,0 +1,192 @@
+"""cuda_wgmma without a GPU: verify accepts and declines by its capabilities, the lowered
+source holds the PTX the program promises, and real nvcc builds for sm_90a hold HGMMA,
+UTMALDG and mbarrier (SYNCS) instructions, with no register spills."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from backends import registry
+from backends.base import Target
+from compiler import nvcc
+from compiler.emit import emit
+from ir import Arch, Problem, check, parse
+
+COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"
+NOWS = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k3 persistent c1x1 nows direct"
+CLUSTER = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct"
+ALIGNED = Problem(4096, 4096, 4096, "nt", "f32")
+
+
+def backend():
+    return registry.get("cuda_wgmma")
+
+
+def with_(text: str, **tokens) -> str:
+    """`text` with tokens replaced by position name (tile, warps, stages, swizzle, ...)."""
+    names = ("backend arch tile warps stages swizzle raster padding split_k schedule cluster "
+             "warp_spec epilogue").split()
+    parts = text.split()
+    for name, value in tokens.items():
+        parts[names.index(name)] = value
+    return " ".join(parts)
+
+
+def test_declares_its_capabilities():
+    be = backend()
+    assert be.archs == frozenset({Arch.SM90A})
+    assert be.instruction == "wgmma.mma_async" and be.unit_threads == 128
+    assert be.mma_shape == (64, 8, 16)
+
+
+def test_sm80_is_refused_naming_wgmma():
+    reason = check(parse(with_(COOP, arch="sm_80")))
+    assert "wgmma.mma_async" in reason and "sm_80" in reason and "sm_90a" in reason
+
+
+@pytest.mark.parametrize("text, problem", [
+    (COOP, ALIGNED), (COOP, Problem(1000, 4096, 336, "nn", "f16")), (NOWS, None),
+    (NOWS, Problem(17, 33, 65, "nn", "f32")),
+    (with_(COOP, tile="256x128x64", warps="w4x1", schedule="persistent"), ALIGNED),
+    (with_(COOP, tile="64x128x128", warps="w1x1", stages="s3", split_k="k2a"), ALIGNED),
+    (with_(COOP, cluster="c2x1", schedule="persistent"), ALIGNED), (CLUSTER, None),
+    (with_(COOP, cluster="c1x2"), Problem(1000, 4096, 336, "nt", "f32")),
+])
+def test_accepts(text, problem):
+    assert check(parse(text), problem) is None
+
+
+@pytest.mark.parametrize("tokens, problem, says", [
+    ({"swizzle": "swnone"}, ALIGNED, "use sw128"),
+    ({"tile": "128x256x32"}, ALIGNED, "tile.bk: 32 is not a multiple of 64"),
+    ({"stages": "s1"}, ALIGNED, "at least 2 stages"),
+    ({"stages": "s6"}, ALIGNED, "shared memory"),
+    ({"warps": "w1x1"}, ALIGNED, "registers per thread"),
+    ({"tile": "64x512x64", "warps": "w1x1", "stages": "s2"}, Problem(64, 64, 64, "nn", "f16"),
+     "wgmma's largest N"),
+    ({"tile": "128x128x64", "warps": "w1x4"}, Problem(64, 64, 64, "nn"), "swizzle atoms"),
+    ({"tile": "512x128x64", "warps": "w4x1", "stages": "s2"}, ALIGNED, "one TMA box"),
+    ({"cluster": "c4x2"}, ALIGNED, "at most 4"),
+    ({"tile": "128x8x64", "warps": "w1x1", "cluster": "c2x1"}, ALIGNED, "8-row swizzle atoms"),
+    ({"epilogue": "tma"}, ALIGNED, "epilogue"),
+    ({"schedule": "streamk"}, ALIGNED, "schedule"),
+    ({"cluster": "c1x2"}, Problem(4096, 4096, 4096, "nn"), "verified for layout nt only"),
+    ({}, Problem(1000, 4096, 333, "nt"), "use padop"),
+    ({}, Problem(1000, 4095, 336, "nn"), "n % 8 == 0 for layout nn"),
+])
+def test_declines_with_a_reason(tokens, problem, says):
+    reason = check(parse(with_(COOP, **tokens)), problem)
+    assert reason and says in reason, reason
+
+
+def test_padop_reads_what_predicate_cannot():
+    assert check(parse(with_(COOP, padding="padop")), Problem(1000, 4095, 333, "nn")) is None
+    assert check(parse(COOP), Problem(1000, 4095, 336, "nt")) is None  # nt: only k matters
+
+
+def lowered(text: str, problem: Problem) -> str:
+    return backend().lower(parse(text), problem).text
+
+
+def test_cooperative_source_holds_the_promised_ptx():
+    text = lowered(COOP, Problem(4096, 4096, 4096, "nn", "f32"))
+    for needle in [
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+        "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "mbarrier.init.shared::cta.b64", "fence.mbarrier_init.release.cluster",
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+        "p, 1, 1, 0, 1;",  # layout nn: B is N-major, wgmma transposes it (imm-trans-b 1)
+        "wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+        "wgmma.wait_group.sync.aligned", "setmaxnreg.dec.sync.aligned.u32",
+        "setmaxnreg.inc.sync.aligned.u32", "constexpr int kProducerRegs = 40, kConsumerRegs = 232;",
+        "__launch_bounds__(kThreads, 1)", "const __grid_constant__ CUtensorMap tma_a",
+        "cudaGetDriverEntryPointByVersion(\"cuTensorMapEncodeTiled\"", "CU_TENSOR_MAP_SWIZZLE_128B",
+        "constexpr bool kProducerWG = true;", "constexpr int kThreads = 384;",
+        'extern "C" int gemmforge_launch(', 'extern "C" size_t gemmforge_workspace_bytes(',
+        f"// program: {COOP}", "-gencode=arch=compute_90a,code=sm_90a",
+    ]:
+        assert needle in text, needle
+
+
+def test_layout_and_accumulator_pick_the_wgmma_form():
+    nt16 = lowered(NOWS, Problem(17, 33, 65, "nt", "f16"))
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f16.f16.f16" in nt16
+    assert "p, 1, 1, 0, 0;" in nt16 and '"+r"(d[31])' in nt16  # 128 / 4 half2 registers
+    assert "constexpr bool kProducerWG = false;" in nt16 and "constexpr int kThreads = 128;" in nt16
+    assert "constexpr int kSplitK = 3;" in nt16 and "constexpr bool kPersistent = true;" in nt16
+
+
+def test_cluster_source_multicasts_and_releases_across_the_cluster():
+    text = lowered(CLUSTER, Problem(17, 33, 65, "nn", "f32"))
+    for needle in ["mbarrier::complete_tx::bytes.multicast::cluster", "mapa.shared::cluster.u32",
+                   "mbarrier.arrive.shared::cluster.b64", "barrier.cluster.arrive.release.aligned",
+                   "mov.u32 %0, %%cluster_ctarank;", "cudaLaunchKernelEx(",
+                   "cudaLaunchAttributeClusterDimension", "cudaOccupancyMaxActiveClusters",
+                   "constexpr int kClusterM = 2, kClusterN = 2;",
+                   "constexpr int kASliceRows = 64, kBSliceRows = 32;",  # nn: B boxes are bk rows
+                   "constexpr int kEmptyArrivals = 3;"]:
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("warps", ["w1x1", "w2x1", "w2x2", "w4x1", "w1x4"])
+def test_setmaxnreg_stays_inside_the_ctas_register_pool(warps):
+    """setmaxnreg.inc only gets what the producer's .dec released: the per-warpgroup counts
+    after the moves must fit the launch allocation, or the consumers wait forever."""
+    from backends.cuda_wgmma.context import geometry
+    g = geometry(parse(with_(COOP, tile="256x256x64", warps=warps)), ALIGNED.layout)
+    c, entry = g["consumers"], min(256, (g["entry_regs"] + 7) // 8 * 8)
+    assert g["producer_regs"] + c * g["consumer_regs"] <= (c + 1) * entry
+    assert g["consumer_regs"] >= g["entry_regs"] or not g["consumer_inc"]
+
+
+def test_lowering_is_deterministic():
+    be, p, pr = backend(), parse(NOWS), Problem(17, 33, 65)
+    assert be.lower(p, pr).files == be.lower(p, pr).files
+
+
+def _ptxas_report(cu, out):
+    """Build the self-test executable (kernel, launcher and main) with ptxas's report."""
+    cmd = [nvcc.knobs().nvcc, *nvcc.BASE_FLAGS, *nvcc.gencode(Arch.SM90A), "-Xptxas", "-v",
+           "-DGEMMFORGE_STANDALONE_MAIN", "-o", str(out), str(cu)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+@pytest.mark.nvcc
+def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
+    """The emitted file (self-test main included) builds for sm_90a; ptxas reports no spills
+    and no ignored setmaxnreg (C7508) or serialized wgmma; the SASS holds the instructions
+    the program promises."""
+    cu = emit(Problem(1000, 4096, 336, "nn", "f32"), parse(COOP), tmp_path)
+    so = tmp_path / "selftest"
+    report = _ptxas_report(cu, so)
+    kernel = report[report.index("gf_cuda_wgmma"):]
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", kernel)
+    # the register pool setmaxnreg trades in: 384 threads enter with 65536 / 384 -> 168 each
+    assert re.search(r"Used 168 registers", kernel)
+    assert "C7508" not in report and "serialized" not in report
+    sass = nvcc.disassemble(so)
+    if nvcc.cuobjdump():
+        for needle in ("HGMMA.64x256x16.F32", "tnspB", "UTMALDG.2D", "SYNCS.PHASECHK",
+                       "SYNCS.ARRIVE", "USETMAXREG"):
+            assert needle in sass, needle
+
+
+@pytest.mark.nvcc
+def test_backend_build_for_hopper_device(tmp_path):
+    be = backend()
+    art = be.build(be.lower(parse(CLUSTER), Problem(17, 33, 65, "nt", "f16")), Target(90), tmp_path)
+    assert art.kind == "cuda_so" and art.path.exists()
+    assert art.meta["symbol"] == "gemmforge_launch"
+    if nvcc.cuobjdump():
+        sass = nvcc.disassemble(art.path)
+        assert "HGMMA.64x128x16.F16" in sass and "UTMALDG.2D.MULTICAST" in sass
+        assert "UCGABAR_WAIT" in sass  # the cluster barrier after the mbarrier inits
+        assert "tnspB" not in sass and "USETMAXREG" not in sass
+    if shutil.which("nm"):
+        # A GNU-unique symbol (a static local of an inline function) is shared by every kernel
+        # library in the process: one library's tensor-map cache served another's launches.
+        dynamic = subprocess.run(["nm", "-D", str(art.path)], capture_output=True, text=True).stdout
+        assert not [line for line in dynamic.splitlines() if " u " in line]
