@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 from pathlib import Path
 
 from ir.program import Arch, Problem, Program
@@ -254,8 +255,13 @@ def cmd_tune(args) -> int:
            "workers": args.gpus, "seed": args.seed, "replay": args.replay,
            "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
     print(f"storage: {storage}   (optuna-dashboard {storage})", file=sys.stderr)
+    start = time.perf_counter()
     outcomes = run_workers(job, progress=not args.quiet)
+    wall = time.perf_counter() - start
     print(summary_table(outcomes))
+    measured = sum(o["measured"] for o in outcomes)
+    print(f"{measured} candidates measured in {wall:.0f} s on {args.gpus} GPU(s): "
+          f"{measured / wall / args.gpus:.2f} candidates per GPU-second (builds included)")
     best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
     if best and args.report:
         csv_path, png_path = write_report(best, args.report,

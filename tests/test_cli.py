@@ -65,3 +65,24 @@ def test_verify_ok(capsys):
 def test_schema_prints_the_checked_in_schema(capsys):
     code, out, _ = run(capsys, "schema")
     assert code == 0 and json.loads(out)["title"] == "gemmforge Program"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--shapes", "64x64x64"], "bench: give at least one --program or --backends"),
+    (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "shape: '64x64' is not of the form"),
+    (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "program file: No such file"),
+])
+def test_bench_bad_input(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err
+
+
+def test_bench_candidates_are_legal_for_each_shape():
+    from ir import Arch, Problem, check
+    from search.bench_cli import candidates
+    odd = Problem(17, 33, 65)
+    tma = parse("triton sm_90a 128x128x64 w2x2 s4 swnone row/8 pred k1 persistent c1x1 nows tma")
+    chosen = candidates(odd, [tma, parse(GOOD)], ["cuda_mma"], Arch.SM80)
+    assert tma not in chosen and parse(GOOD) in chosen     # TMA needs aligned rows
+    assert any(p.backend == "cuda_mma" for p in chosen)
+    assert all(check(p, odd) is None for p in chosen)

@@ -1,0 +1,92 @@
+"""Issue 4's benchmark: the Hopper backends (cuda_wgmma, cute_cpp, triton), best of a small
+sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3.
+
+    python3 benchmarks/hopper_large.py [--count 20] [--seed 4] [--name hopper_large]
+
+Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
+2*m*n*k >= 1e11, and 8192x8192x8192 always. Programs: benchmarks/programs/hopper_large.txt,
+each measured with search.env.evaluate (gate, then CUDA-graph kernel time interleaved with
+cuBLAS NN/TN in the same process; layout nn, f32 accumulate). Prints per shape the best
+program's cuBLAS/kernel ratio, then the geomean and minimum, and 8192^3's TFLOP/s.
+Results: benchmarks/results/<name>.csv and .png.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ir import check, parse, parse_problem  # noqa: E402
+from search.commands import GRID  # noqa: E402
+from search.env import evaluate  # noqa: E402
+from search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from search.records import BenchSettings  # noqa: E402
+from search.report import best_per_shape, write_report  # noqa: E402
+
+PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
+BIG = "8192x8192x8192"
+
+
+def shapes(count: int, seed: int) -> list[str]:
+    big = [s for s in GRID.read_text().split()
+           if 2 * math.prod(map(int, s.split("x"))) >= 1e11 and s != BIG]
+    return [BIG, *random.Random(seed).sample(big, count)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument("--name", default="hopper_large")
+    args = ap.parse_args()
+    texts = [t for t in PROGRAMS.read_text().splitlines() if t.strip() and t[0] != "#"]
+    settings = BenchSettings(protocols=("kernel",), rounds=5)
+    results = []
+    with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
+        for shape in shapes(args.count, args.seed):
+            problem = parse_problem(shape)
+            programs = [p for p in map(parse, texts) if check(p, problem) is None]
+            results += evaluate(programs, problem, device_runner=runner, builders=builders,
+                                settings=settings)
+    csv_path, png_path = write_report(results, args.name)
+    print(f"wrote {csv_path} and {png_path}")
+    print(summary(results))
+    return 0
+
+
+def summary(results) -> str:
+    best = best_per_shape(results)
+    lines = [f"{'shape':>18} {'ratio':>6} {'TFLOP/s':>8} {'cuBLAS':>8}  best program"]
+    for r in best:
+        lines.append(f"{f'{r.m}x{r.n}x{r.k}':>18} {r.speedup:6.3f} "
+                     f"{r.flops / r.kernel_us / 1e6:8.0f} {r.flops / r.cublas_us / 1e6:8.0f}  "
+                     f"{r.program}")
+    ratios = [r.speedup for r in best]
+    if ratios:
+        geo = math.exp(statistics.fmean(map(math.log, ratios)))
+        lines.append(f"{len(ratios)} shapes: geomean {geo:.3f}, min {min(ratios):.3f}")
+    per_backend = {}
+    for r in results:
+        if r.ok:
+            b = parse(r.program).backend
+            per_backend.setdefault(b, []).append(r)
+    for b, rows in sorted(per_backend.items()):
+        lines.append(f"{b}: best-of-backend geomean "
+                     f"{_geomean_best(rows):.3f} over {len(best_per_shape(rows))} shapes")
+    bad = [r for r in results if not r.ok]
+    lines += [f"FAILED {r.m}x{r.n}x{r.k} {r.program}: {r.kind}: {r.message[:160]}" for r in bad]
+    return "\n".join(lines)
+
+
+def _geomean_best(rows) -> float:
+    best = best_per_shape(rows)
+    return math.exp(statistics.fmean(math.log(r.speedup) for r in best))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The LLM policy: vLLM samples whole IR programs under the IR's JSON Schema.
+
+    policy = LLMPolicy(model="/models/qwen2.5-7b")          # offline vLLM engine
+    policy = LLMPolicy(url="http://127.0.0.1:8000")         # any OpenAI-compatible server
+    programs = policy.propose(problem, Arch.SM90A, n=4)     # legal, distinct, new
+    policy.observe(problem, programs[0], reward)            # lineage + dataset row
+
+Each `propose` builds a contrastive prompt (policy.prompts) from the lineage of measured
+programs, samples completions bound to `reply_schema`, and turns every completion into a
+`Proposal`: a verified Program, or None with the reason (not JSON, schema violation,
+wrong arch, illegal for verify, sampler failure). A bad reply is a failed proposal in
+`policy.proposals`, never an exception. The reply form is
+
+    {"analysis": "<why the faster programs are faster>", "program": {<Program JSON form>}}
+
+where "program" is ir.schema's versioned Program object, narrowed to one variant per
+backend usable for the problem (`anyOf`): the backend's name, the arch asked for, and the
+values the backend declares for its restricted fields. A bare Program object is accepted
+too, for servers that ignore the schema.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ir.program import DEFAULTS, Arch, IRError, Problem, Program
+from ir.schema import from_json, program_schema, to_json
+from ir.verify import check
+from policy.dataset import DatasetWriter, make_row
+from policy.lineage import Lineage
+from policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
+from policy.samplers import OpenAISampler, Sampler, SamplerError, VLLMSampler
+
+ANALYSIS_MAX_CHARS = 400  # ~100 words; bounds the tokens spent before the program
+SEED_STRIDE = 1 << 16  # more samples than one request ever asks for
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One completion and what became of it: `program` is None when `reason` says why."""
+
+    program: Program | None
+    reason: str
+    raw_text: str
+    analysis: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.program is not None
+
+
+def _value_schema(values: list) -> dict:
+    """A schema that accepts exactly these JSON values (scalars or flat objects)."""
+    def one(v) -> dict:
+        if isinstance(v, dict):
+            return {"type": "object", "properties": {k: {"const": x} for k, x in v.items()},
+                    "required": list(v), "additionalProperties": False}
+        return {"const": v}
+    if all(not isinstance(v, dict) for v in values):
+        return {"enum": values}
+    return one(values[0]) if len(values) == 1 else {"anyOf": [one(v) for v in values]}
+
+
+def backend_program_schema(be, arch: Arch) -> dict:
+    """The Program JSON schema narrowed to one backend: its name, `arch`, and the values
+    it declares for each restricted field (its `allowed` capabilities)."""
+    schema = copy.deepcopy(program_schema([be.name]))
+    for key in ("$schema", "$id", "title", "description"):
+        schema.pop(key, None)
+    props = schema["properties"]
+    props["backend"], props["arch"] = {"const": be.name}, {"const": arch.value}
+    for fld, values in sorted(be.allowed.items()):
+        props[fld] = _value_schema(sorted((to_json(DEFAULTS.replace(**{fld: v}))[fld]
+                                           for v in values), key=json.dumps))
+    return schema
+
+
+def reply_schema(problem: Problem, arch: Arch) -> dict:
+    """JSON Schema of a reply: {"analysis": str, "program": one of the Program forms of
+    the backends usable for `problem` on `arch`}, each narrowed by backend_program_schema,
+    so only cross-field rules (divisibility, shared memory, registers) are left to verify."""
+    variants = [backend_program_schema(be, arch) for be in usable_backends(problem, arch)]
+    if not variants:
+        raise ValueError(f"no registered backend computes {problem} on {arch.value}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "gemmforge LLM reply",
+        "type": "object",
+        "properties": {"analysis": {"type": "string", "maxLength": ANALYSIS_MAX_CHARS},
+                       "program": variants[0] if len(variants) == 1 else {"anyOf": variants}},
+        "required": ["analysis", "program"],
+        "additionalProperties": False,
+    }
+
+
+def _loads(text: str):
+    """The JSON value of a reply (a ```json fence around it is tolerated)."""
+    fenced = _FENCE.match(text)
+    return json.loads(fenced.group(1) if fenced else text)
+
+
+def parse_reply(text: str, problem: Problem, arch: Arch) -> Proposal:
+    """Turn one completion into a Proposal: a verified Program, or None and the reason."""
+    try:
+        obj = _loads(text)
+    except (json.JSONDecodeError, TypeError) as e:
+        return Proposal(None, f"reply: not valid JSON ({e})", text)
+    if not isinstance(obj, dict):
+        return Proposal(None, f"reply: expected a JSON object, got {type(obj).__name__}", text)
+    analysis = obj.get("analysis", "")
+    body = obj.get("program", obj if "backend" in obj else None)
+    if not isinstance(body, dict):
+        return Proposal(None, "reply: no 'program' object", text, str(analysis))
+    try:
+        program = from_json(body)
+    except IRError as e:
+        return Proposal(None, f"schema: {e}", text, str(analysis))
+    if program.arch != arch:
+        return Proposal(None, f"arch: asked for {arch.value}, got {program.arch.value}",
+                        text, str(analysis))
+    reason = check(program, problem)
+    if reason:
+        return Proposal(None, f"verify: {reason}", text, str(analysis))
+    return Proposal(program, "", text, str(analysis))
+
+
+@dataclass
+class _Origin:
+    """Where a proposed program came from, kept until it is observed."""
+
+    prompt: Prompt
+    proposal: Proposal
+    arch: Arch
+
+
+class LLMPolicy:
+    """Proposes programs sampled from an LLM; learns only through its prompt's lineage.
+
+    `model`: a local model directory for vLLM's offline engine; with `url`, the served
+    model's name instead (default: the server's first). `dataset`: a JSONL path (or a
+    DatasetWriter) that gets one row per observed proposal and per failed one.
+    `oversample` asks for that many completions per program wanted; `rounds` how many
+    requests one propose() may make before returning fewer than `n`; `max_n` caps the
+    programs one propose() returns, whatever `n` asks (sampling is the slow part).
+    """
+
+    name = "llm"
+
+    def __init__(self, model: str | Path | None = None, url: str | None = None, *,
+                 sampler: Sampler | None = None, lineage: Lineage | None = None,
+                 dataset: str | Path | DatasetWriter | None = None,
+                 config: PromptConfig = PromptConfig(), temperature: float = 0.8,
+                 max_tokens: int = 768, oversample: int = 2, rounds: int = 2,
+                 max_n: int = 8, seed: int | None = None, **sampler_opts):
+        self.sampler = sampler or make_sampler(model, url, **sampler_opts)
+        self.model_name = str(model or url or type(self.sampler).__name__)
+        self.lineage = lineage if lineage is not None else Lineage()
+        self.dataset = DatasetWriter(dataset) if isinstance(dataset, (str, Path)) else dataset
+        self.config, self.temperature, self.max_tokens = config, temperature, max_tokens
+        self.oversample, self.rounds, self.seed = max(1, oversample), max(1, rounds), seed
+        self.max_n = max(1, max_n)
+        self.proposals: list[Proposal] = []
+        self.sample_seconds = 0.0
+        self._origins: dict[tuple[str, Program], _Origin] = {}
+        self._requests = 0
+
+    def _sample(self, prompt: Prompt, schema: dict, k: int) -> list[str] | str:
+        """k completions, or the sampler's failure reason as a string."""
+        # vLLM seeds the i-th of n samples with seed + i: space requests far apart
+        seed = None if self.seed is None else self.seed + SEED_STRIDE * self._requests
+        self._requests += 1
+        start = time.perf_counter()
+        try:
+            return self.sampler.sample(prompt, schema, k, temperature=self.temperature,
+                                       max_tokens=self.max_tokens, seed=seed)
+        except SamplerError as e:
+            return f"sampler: {e}"
+        finally:
+            self.sample_seconds += time.perf_counter() - start
+
+    def _measured(self, problem: Problem) -> set[Program]:
+        return {p for p, _ in self.lineage.measured(str(problem))}
+
+    def propose(self, problem: Problem, arch: Arch, n: int = 1) -> list[Program]:
+        """Up to `n` distinct legal programs not yet measured for `problem`, in sampled
+        order. Each round after the first lists the programs already proposed in the
+        prompt, so the model is asked not to repeat them."""
+        n = min(n, self.max_n)
+        if n < 1:
+            return []
+        try:
+            schema = reply_schema(problem, arch)
+        except ValueError as e:
+            prompt = build_prompt(problem, arch, self.lineage, self.config)
+            self._fail(Proposal(None, f"schema: {e}", ""), prompt, problem, arch)
+            return []
+        out: list[Program] = []
+        seen: list[Program] = []  # every legal program sampled in this call
+        skip = self._measured(problem)
+        for _ in range(self.rounds):
+            prompt = build_prompt(problem, arch, self.lineage, self.config, avoid=seen)
+            texts = self._sample(prompt, schema, (n - len(out)) * self.oversample)
+            if isinstance(texts, str):
+                self._fail(Proposal(None, texts, ""), prompt, problem, arch)
+                break
+            for text in texts:
+                self._take(parse_reply(text, problem, arch), prompt, problem, arch, out, seen,
+                           skip)
+            if len(out) >= n:
+                break
+        return out[:n]
+
+    def _take(self, proposal: Proposal, prompt: Prompt, problem: Problem, arch: Arch,
+              out: list[Program], seen: list[Program], skip: set[Program]) -> None:
+        """Record one proposal; keep its program if it is new for this call and problem."""
+        if not proposal.ok:
+            self._fail(proposal, prompt, problem, arch)
+            return
+        self.proposals.append(proposal)
+        program = proposal.program
+        if program in seen:
+            return
+        seen.append(program)
+        if program not in skip:
+            out.append(program)
+            self._origins.setdefault((str(problem), program), _Origin(prompt, proposal, arch))
+
+    def _fail(self, proposal: Proposal, prompt: Prompt, problem: Problem, arch: Arch) -> None:
+        self.proposals.append(proposal)
+        if self.dataset is not None and proposal.raw_text:
+            self.dataset.append(make_row(prompt, proposal.raw_text, None, FAILED_REWARD,
+                                         problem, arch, self.model_name, proposal.reason))
+
+    def observe(self, problem: Problem, program: Program, reward: float) -> None:
+        """Add the result to the lineage (child of the prompt's best program, if it was
+        ours) and, for a program this policy proposed, write a dataset row."""
+        origin = self._origins.pop((str(problem), program), None)
+        parent = origin.prompt.parent if origin else None
+        self.lineage.add(program, source=self.name if origin else "observed",
+                         problem=str(problem), parent=parent if parent != program else None,
+                         reward=reward)
+        if origin is not None and self.dataset is not None:
+            self.dataset.append(make_row(origin.prompt, origin.proposal.raw_text, program,
+                                         reward, problem, origin.arch, self.model_name))
+
+    def stats(self) -> dict:
+        """Counts over every proposal so far: legal fraction, distinct legal programs,
+        and proposals per second of sampling time."""
+        total = len(self.proposals)
+        legal = [p.program for p in self.proposals if p.ok]
+        return {"proposals": total, "legal": len(legal), "distinct": len(set(legal)),
+                "legal_fraction": len(legal) / total if total else 0.0,
+                "distinct_fraction": len(set(legal)) / total if total else 0.0,
+                "sample_seconds": self.sample_seconds,
+                "proposals_per_second": total / self.sample_seconds if self.sample_seconds
+                else 0.0}
+
+
+def make_sampler(model: str | Path | None = None, url: str | None = None,
+                 **opts) -> Sampler:
+    """An OpenAISampler for `url` (model = the served name), else a VLLMSampler on the
+    local directory `model`."""
+    if url:
+        return OpenAISampler(url, None if model is None else str(model), **opts)
+    if model:
+        return VLLMSampler(model, **opts)
+    raise ValueError("the llm policy needs a server URL (--llm-url) or a local model "
+                     "directory for vLLM (--llm-model)")
+
+
+def from_cli(url: str | None = None, model: str | None = None, *,
+             dataset: str | None = None, lineage: str | Path | None = None,
+             temperature: float = 0.8, seed: int | None = None) -> LLMPolicy:
+    """The policy `gemmforge tune --policy llm --llm-url URL --llm-model DIR` runs.
+
+    `url`: an OpenAI-compatible server (`model`, if given, is the served model's name);
+    without it `model` is a local model directory for the offline vLLM engine.
+    `dataset`: JSONL file to append (prompt, completion, reward) rows to. `lineage`: a
+    saved Lineage JSON (policy.lineage) to start from, if the file exists.
+    """
+    graph = Lineage.load(lineage) if lineage and Path(lineage).exists() else None
+    return LLMPolicy(model=model, url=url, dataset=dataset, lineage=graph,
+                     temperature=temperature, seed=seed)

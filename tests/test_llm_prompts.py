@@ -1,0 +1,319 @@
+"""The LLM policy on CPU, no model: prompts, reply parsing and verification, the policy
+loop with a canned sampler, and the OpenAI-compatible client against a fake server."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import jsonschema
+import pytest
+
+from ir import Arch, parse, parse_problem, to_json
+from policy.base import Policy
+from policy.heuristic import HeuristicPolicy
+from policy.lineage import Lineage
+from policy.llm import LLMPolicy, from_cli, parse_reply, reply_schema
+from policy.prompts import FAILED_REWARD, PromptConfig, build_prompt, pick_examples
+from policy.samplers import OpenAISampler, SamplerError, VLLMSampler
+
+PROBLEM = parse_problem("1000x4096x333 nn f32")
+ARCH = Arch.SM90A
+
+
+def legal_programs(n: int, problem=PROBLEM, arch=ARCH):
+    programs = HeuristicPolicy().propose(problem, arch, n)
+    assert len(programs) == n
+    return programs
+
+
+def seeded_lineage(order=None) -> Lineage:
+    """Six measured programs (rewards 0.3 down to -0.45) and one failure."""
+    programs = legal_programs(6)
+    rows = [(p, 0.3 - 0.15 * i) for i, p in enumerate(programs)]
+    rows.append((programs[0].replace(stages=2), FAILED_REWARD))
+    lineage = Lineage()
+    for p, r in (rows if order is None else [rows[i] for i in order]):
+        lineage.add(p, source="heuristic", problem=str(PROBLEM), reward=r)
+    return lineage
+
+
+def reply(program, analysis="the 128-wide tile fills more SMs") -> str:
+    return json.dumps({"analysis": analysis, "program": to_json(program)})
+
+
+# -- prompts ---------------------------------------------------------------------------
+
+def test_prompt_states_the_problem_and_the_hardware():
+    text = build_prompt(PROBLEM, ARCH).text()
+    for fact in ("m=1000", "n=4096", "k=333", "layout nn", "f32 accumulator",
+                 f"{PROBLEM.flops:.3e}", "FLOP/byte", "132 SMs", "232448 B", "wgmma",
+                 "63-65%"):
+        assert fact in text, fact
+    a100 = build_prompt(PROBLEM, Arch.SM80).text()
+    assert "108 SMs" in a100 and "166912 B" in a100 and "no wgmma" in a100
+
+
+def test_prompt_lists_backends_with_their_legal_values():
+    from backends import registry
+    text = build_prompt(PROBLEM, ARCH).user
+    for be in registry.all():
+        assert f"- {be.name}: {be.instruction}" in text
+    assert 'schedule: must be "data_parallel"' in text
+
+
+def test_prompt_shows_best_and_worst_with_speedups_and_asks_for_analysis():
+    lineage = seeded_lineage()
+    best, worst = lineage.best(1)[0][0], lineage.worst(1)[0][0]
+    prompt = build_prompt(PROBLEM, ARCH, lineage)
+    assert f"[best] {best}  ->  1.350x cuBLAS (reward +0.300)" in prompt.user
+    assert f"[worst] {worst}  ->  FAILED" in prompt.user
+    assert json.dumps(to_json(best)) in prompt.user  # the best one, in the reply's form
+    assert '"analysis"' in prompt.user and "why the faster one is faster" in prompt.user
+    assert prompt.parent == best
+    assert [m["role"] for m in prompt.messages()] == ["system", "user"]
+
+
+def test_prompt_is_deterministic_whatever_order_the_lineage_saw():
+    a = build_prompt(PROBLEM, ARCH, seeded_lineage())
+    b = build_prompt(PROBLEM, ARCH, seeded_lineage())
+    c = build_prompt(PROBLEM, ARCH, seeded_lineage(order=[6, 3, 1, 5, 0, 2, 4]))
+    assert a == b == c
+
+
+def test_examples_are_best_worst_then_neighbours_without_repeats():
+    examples = pick_examples(seeded_lineage(), PROBLEM, PromptConfig(best=1, worst=1,
+                                                                       neighbours=2))
+    labels = [label for label, _, _ in examples]
+    assert labels == ["best", "worst", "neighbour of the best", "neighbour of the best"]
+    assert len({p for _, p, _ in examples}) == 4
+    assert pick_examples(Lineage(), PROBLEM, PromptConfig()) == []
+    assert "None measured yet" in build_prompt(PROBLEM, ARCH, Lineage()).user
+
+
+def test_prompt_lists_programs_to_avoid():
+    avoid = legal_programs(2)
+    text = build_prompt(PROBLEM, ARCH, avoid=avoid).user
+    assert "do not repeat" in text and all(str(p) in text for p in avoid)
+
+
+def test_failed_reward_matches_the_search_floor():
+    from search.env import WORST_REWARD
+    assert FAILED_REWARD == WORST_REWARD
+
+
+# -- reply schema and parsing ----------------------------------------------------------
+
+def test_reply_schema_accepts_a_legal_reply_and_narrows_each_backend():
+    schema = reply_schema(PROBLEM, ARCH)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    good = json.loads(reply(legal_programs(1)[0]))
+    jsonschema.validate(good, schema)
+    bad = json.loads(reply(legal_programs(1)[0].replace(arch=Arch.SM80)))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)  # the arch is fixed to the one asked for
+    clustered = json.loads(reply(legal_programs(1)[0]))
+    clustered["program"]["cluster"] = {"cm": 2, "cn": 1}  # cuda_mma fixes cluster to 1x1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(clustered, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"program": good["program"]}, schema)  # analysis is required
+
+
+def test_a_valid_reply_becomes_a_verified_program():
+    program = legal_programs(1)[0]
+    proposal = parse_reply(reply(program), PROBLEM, ARCH)
+    assert proposal.ok and proposal.program == program and proposal.reason == ""
+    assert proposal.analysis.startswith("the 128-wide")
+    bare = parse_reply(json.dumps(to_json(program)), PROBLEM, ARCH)  # no wrapper
+    fenced = parse_reply("```json\n" + reply(program) + "\n```", PROBLEM, ARCH)
+    assert bare.program == fenced.program == program
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"analysis": "x", "program": {"version": 1', "reply: not valid JSON"),
+    ("[1, 2]", "reply: expected a JSON object"),
+    ('{"analysis": "x"}', "reply: no 'program' object"),
+])
+def test_unparsable_replies_are_failed_proposals(text, reason):
+    proposal = parse_reply(text, PROBLEM, ARCH)
+    assert not proposal.ok and proposal.reason.startswith(reason)
+    assert proposal.raw_text == text
+
+
+def test_schema_violations_and_illegal_programs_are_failed_proposals():
+    program = legal_programs(1)[0]
+    obj = json.loads(reply(program))
+    obj["program"]["stages"] = 99
+    assert parse_reply(json.dumps(obj), PROBLEM, ARCH).reason.startswith("schema: stages")
+    wrong_arch = parse_reply(reply(program.replace(arch=Arch.SM80)), PROBLEM, ARCH)
+    assert wrong_arch.reason == "arch: asked for sm_90a, got sm_80"
+    too_big = program.replace(tile=program.tile.__class__(256, 256, 64), stages=8)
+    illegal = parse_reply(reply(too_big), PROBLEM, ARCH)
+    assert not illegal.ok and illegal.reason.startswith("verify: ")
+
+
+# -- the policy loop, with a canned sampler ---------------------------------------------
+
+class CannedSampler:
+    """Returns the next canned batch for each request; records what it was asked."""
+
+    def __init__(self, *batches):
+        self.batches, self.calls = list(batches), []
+
+    def sample(self, prompt, schema, n, *, temperature, max_tokens, seed):
+        self.calls.append({"prompt": prompt, "schema": schema, "n": n, "seed": seed})
+        if not self.batches:
+            raise SamplerError("no more canned replies")
+        return self.batches.pop(0)[:n]
+
+
+def test_propose_returns_distinct_new_legal_programs_and_records_failures():
+    lineage = seeded_lineage()
+    measured = lineage.best(1)[0][0]
+    fresh = legal_programs(8)[6:]
+    batch = [reply(fresh[0]), "not json", reply(fresh[0]), reply(measured),
+             reply(fresh[0].replace(stages=8, tile=fresh[0].tile.__class__(256, 256, 64)))]
+    sampler = CannedSampler(batch, [reply(fresh[1])])
+    policy = LLMPolicy(sampler=sampler, lineage=lineage, oversample=3, seed=7)
+    assert isinstance(policy, Policy)
+    out = policy.propose(PROBLEM, ARCH, n=2)
+    assert out == [fresh[0], fresh[1]]
+    assert sampler.calls[0]["n"] == 6 and sampler.calls[1]["n"] == 3
+    assert str(fresh[0]) in sampler.calls[1]["prompt"].user  # round 2 says: don't repeat
+    assert sampler.calls[1]["seed"] - sampler.calls[0]["seed"] >= 1 << 16
+    reasons = [p.reason.split(":")[0] for p in policy.proposals if not p.ok]
+    assert reasons == ["reply", "verify"]
+    stats = policy.stats()
+    assert (stats["proposals"], stats["legal"], stats["distinct"]) == (6, 4, 3)
+
+
+def test_a_sampler_failure_is_a_failed_proposal_not_a_crash():
+    policy = LLMPolicy(sampler=CannedSampler())
+    assert policy.propose(PROBLEM, ARCH, n=0) == [] and policy.proposals == []
+    assert policy.propose(PROBLEM, ARCH, n=2) == []
+    assert policy.proposals[-1].reason.startswith("sampler: no more canned replies")
+
+
+def test_observe_links_the_child_to_the_best_shown_and_writes_a_row(tmp_path):
+    from policy.dataset import read_rows
+    lineage = seeded_lineage()
+    best = lineage.best(1)[0][0]
+    fresh = legal_programs(7)[6]
+    path = tmp_path / "llm.jsonl"
+    policy = LLMPolicy(sampler=CannedSampler([reply(fresh), "{oops"]), lineage=lineage,
+                       dataset=path, oversample=2)
+    assert policy.propose(PROBLEM, ARCH, n=1) == [fresh]
+    policy.observe(PROBLEM, fresh, 0.42)
+    assert lineage.graph.has_edge(str(best), str(fresh))
+    assert lineage.graph.nodes[str(fresh)]["reward"] == 0.42
+    failed, observed = read_rows(path)
+    assert failed["program"] is None and failed["reward"] == FAILED_REWARD
+    assert failed["error"].startswith("reply: not valid JSON")
+    assert observed["program"] == str(fresh) and observed["reward"] == 0.42
+    assert observed["completion"][0]["content"] == reply(fresh)
+    policy.observe(PROBLEM, best, 0.5)  # someone else's program: lineage only
+    assert len(read_rows(path)) == 2
+
+
+def test_from_cli_picks_the_sampler(tmp_path):
+    server = from_cli(url="http://127.0.0.1:9/v1", model="smol")
+    assert isinstance(server.sampler, OpenAISampler) and server.sampler.model == "smol"
+    local = from_cli(model=str(tmp_path))
+    assert isinstance(local.sampler, VLLMSampler)  # the engine starts on first use
+    with pytest.raises(ValueError, match="--llm-url"):
+        from_cli()
+    with pytest.raises(ValueError, match="not a directory"):
+        from_cli(model=str(tmp_path / "missing"))
+
+
+# -- the OpenAI-compatible path, against a fake server on 127.0.0.1 ----------------------
+
+class FakeServer:
+    """A tiny /v1 server: lists one model and answers completions with canned texts."""
+
+    def __init__(self, texts, status=200):
+        self.texts, self.status, self.requests = texts, status, []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"data": [{"id": "smollm2"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append((self.path, body))
+                key = "message" if self.path.endswith("chat/completions") else "text"
+                choices = [({key: {"role": "assistant", "content": t}} if key == "message"
+                            else {key: t}) for t in fake.texts[:body["n"]]]
+                self._send(fake.status, {"choices": choices} if fake.status == 200
+                           else {"error": "boom"})
+
+        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(texts, status=200):
+        servers.append(FakeServer(texts, status))
+        return servers[-1]
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_chat_requests_carry_the_json_schema_response_format(server):
+    program = legal_programs(7)[6]
+    fake = server([reply(program), "garbage"])
+    policy = LLMPolicy(url=fake.url, temperature=0.5, max_tokens=300, seed=3)
+    assert policy.propose(PROBLEM, ARCH, n=1) == [program]
+    path, body = fake.requests[0]
+    assert path == "/v1/chat/completions" and body["model"] == "smollm2"
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"] == reply_schema(PROBLEM, ARCH)
+    assert body["response_format"]["json_schema"]["name"]
+    assert "guided_json" not in body and "structured_outputs" not in body
+    assert (body["n"], body["temperature"], body["max_tokens"], body["seed"]) == (2, 0.5, 300, 3)
+    assert body["messages"][1]["content"].startswith("## Problem")
+    assert [p.ok for p in policy.proposals] == [True, False]
+
+
+def test_completions_endpoint_sends_the_prompt_text(server):
+    program = legal_programs(7)[6]
+    fake = server([reply(program)])
+    sampler = OpenAISampler(fake.url + "/v1", model="smollm2", api="completions")
+    policy = LLMPolicy(sampler=sampler, oversample=1)
+    assert policy.propose(PROBLEM, ARCH, n=1) == [program]
+    path, body = fake.requests[0]
+    assert path == "/v1/completions" and body["prompt"].endswith("Reply (JSON):\n")
+    assert body["response_format"]["json_schema"]["schema"] == reply_schema(PROBLEM, ARCH)
+
+
+def test_an_http_error_is_a_failed_proposal(server):
+    fake = server([], status=500)
+    policy = LLMPolicy(url=fake.url, model="smollm2")
+    assert policy.propose(PROBLEM, ARCH, n=1) == []
+    assert policy.proposals[-1].reason.startswith("sampler: ") and "HTTP 500" in \
+        policy.proposals[-1].reason
+    unreachable = LLMPolicy(url="http://127.0.0.1:9", model="x")  # nothing listens there
+    assert unreachable.propose(PROBLEM, ARCH) == []
+    assert unreachable.proposals[-1].reason.startswith("sampler: ")
