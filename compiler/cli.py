@@ -20,6 +20,11 @@ from backends.base import BuildError
 from ir.program import Accum, Arch, IRError, Layout, Problem, Program
 
 EXIT_BAD_INPUT = 2
+
+
+class UsageError(ValueError):
+    """A command's arguments don't fit together; main() prints it as one line, exit 2."""
+
 EXIT_BUILD_FAILED = 1
 
 
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except IRError as e:
+    except (IRError, UsageError) as e:
         print(f"gemmforge: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BuildError as e:

@@ -56,7 +56,8 @@ def cmd_bench(args) -> int:
     programs = _programs(args.program or [])
     backends = [b for b in (args.backends or "").split(",") if b]
     if not programs and not backends:
-        raise IRError("bench: give at least one --program or --backends")
+        from compiler.cli import UsageError
+        raise UsageError("bench: give at least one --program or --backends")
     arch = Arch.parse(args.arch, "--arch")
     settings = BenchSettings(protocols=tuple(args.protocols.split(",")), rounds=args.rounds)
     results = []

@@ -25,7 +25,7 @@ from pathlib import Path
 from ir.program import Arch, Problem, Program
 
 GRID = Path(__file__).with_name("data") / "grid_1000.txt"
-POLICIES = ("heuristic", "learned", "random", "none")
+POLICIES = ("heuristic", "learned", "random", "llm", "none")
 
 
 def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
@@ -68,8 +68,10 @@ class RandomPolicy:
         """Random doesn't learn."""
 
 
-def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, seed: int = 0):
-    """The policy named `name` (one of POLICIES; "none": the sampler alone)."""
+def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, seed: int = 0,
+                llm: dict | None = None):
+    """The policy named `name` (one of POLICIES; "none": the sampler alone). `llm`: the
+    LLM policy's options (url, model, dataset)."""
     if name == "heuristic":
         from policy.heuristic import HeuristicPolicy
         return HeuristicPolicy()
@@ -81,6 +83,9 @@ def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, 
         if path.exists():
             return LearnedPolicy.load(path)
         return LearnedPolicy(archs=archs, backends=backends, seed=seed)
+    if name == "llm":
+        from policy.llm import from_cli
+        return from_cli(seed=seed, **(llm or {}))
     if name == "none":
         return None
     raise ValueError(f"--policy: {name!r} is not one of {', '.join(POLICIES)}")
@@ -116,7 +121,8 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
             heartbeat_s=job.get("heartbeat_s", 30), grace_s=job.get("grace_s", 120),
             command=job.get("command", ""))
         policy = make_policy(job.get("policy", "heuristic"), runner.archs,
-                             settings.backends, job.get("checkpoint"), job.get("seed") or 0)
+                             settings.backends, job.get("checkpoint"), job.get("seed") or 0,
+                             job.get("llm"))
         report = (lambda e: events.put({**e, "problem": str(e["problem"])})) \
             if hasattr(events, "put") else events
         storage = job.get("storage")
@@ -246,11 +252,16 @@ def cmd_tune(args) -> int:
     from search.records import Result
     from search.report import write_report
     from search.studies import default_storage
+    from compiler.cli import UsageError
     problems = parse_shapes(args.shapes, args.layout, args.acc)
+    if args.policy == "llm" and not (args.llm_url or args.llm_model):
+        raise UsageError("--policy llm needs --llm-url (an OpenAI-compatible server) or "
+                         "--llm-model (a local model directory)")
     storage = args.storage or default_storage()
     job = {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
            "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
            "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
+           "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset},
            "backends": args.backends.split(",") if args.backends else None,
            "workers": args.gpus, "seed": args.seed, "replay": args.replay,
            "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
@@ -281,6 +292,11 @@ def add_to(sub) -> None:
     t.add_argument("--seconds", type=float, help="measurement seconds per shape (optional)")
     t.add_argument("--policy", default="heuristic", choices=POLICIES)
     t.add_argument("--checkpoint", help="learned policy checkpoint (default: user cache)")
+    t.add_argument("--llm-url", help="--policy llm: an OpenAI-compatible server (vllm serve)")
+    t.add_argument("--llm-model", help="--policy llm: served model name, or a local model "
+                                       "directory for vLLM's offline engine")
+    t.add_argument("--llm-dataset", help="--policy llm: JSONL file the (prompt, completion, "
+                                         "reward) rows go to")
     t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")

@@ -86,3 +86,9 @@ def test_bench_candidates_are_legal_for_each_shape():
     assert tma not in chosen and parse(GOOD) in chosen     # TMA needs aligned rows
     assert any(p.backend == "cuda_mma" for p in chosen)
     assert all(check(p, odd) is None for p in chosen)
+
+
+def test_tune_llm_policy_needs_a_model(capsys):
+    code, _, err = run(capsys, "tune", "--shapes", "64x64x64", "--policy", "llm",
+                       "--replay", "synthetic", "--storage", ":memory:")
+    assert code == 2 and "--policy llm needs --llm-url" in err
