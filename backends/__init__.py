@@ -9,7 +9,8 @@ from importlib.metadata import entry_points
 from backends.base import Artifact, Backend, BuildError, Source, Target
 
 ENTRY_POINT_GROUP = "gemmforge.backends"
-_IN_TREE = ("backends.cuda", "backends.triton")
+_IN_TREE = ("backends.cuda", "backends.triton", "backends.cute_cpp", "backends.cuda_wgmma",
+            "backends.cute_dsl")
 
 __all__ = ["Artifact", "Backend", "BuildError", "Source", "Target", "register", "registry"]
 
