@@ -49,39 +49,94 @@ def _split_for(problem: Problem, bm: int, bn: int, bk: int) -> int:
     return max(1, min(16, SMS // ctas, k_tiles // 4))
 
 
-def _program(backend: str, arch: Arch, t: tuple, split: int, swizzle: Swizzle) -> Program:
-    bm, bn, bk, wm, wn, stages = t
-    return Program(backend=backend, arch=arch, tile=Tile(bm, bn, bk), warps=Warps(wm, wn),
-                   stages=stages, swizzle=swizzle, raster=Raster(RasterOrder.ROW, 8),
-                   padding=Padding.PREDICATE, split_k=SplitK(split))
+# Warp layouts to fall back on when the table's is illegal for a backend (warpgroup
+# backends count 128-thread units, so 2x2 warps become 2x1 warpgroups, and so on).
+_WARP_FALLBACKS = ((2, 1), (1, 1), (1, 2), (4, 1), (2, 2), (2, 4), (4, 2))
+_SWIZZLE_ORDER = (Swizzle.B128, Swizzle.PAD, Swizzle.NONE, Swizzle.B64, Swizzle.B32)
+
+
+def _fit(backend, program: Program) -> Program:
+    """`program` with each field a backend restricts set to an accepted value: kept if
+    accepted, else the first accepted one (deterministic order)."""
+    changes = {}
+    for fld, values in getattr(backend, "allowed", {}).items():
+        if getattr(program, fld) not in values:
+            changes[fld] = sorted(values, key=str)[0]
+    return program.replace(**changes) if changes else program
+
+
+def _candidates(backend, arch: Arch, problem: Problem):
+    """Programs for one backend, best guess first (not yet verified)."""
+    for bm, bn, bk, wm, wn, stages in _tiles_for(problem):
+        split = _split_for(problem, bm, bn, bk)
+        for swizzle in _SWIZZLE_ORDER:
+            for warps in ((wm, wn), *_WARP_FALLBACKS):
+                yield _fit(backend, Program(
+                    backend=backend.name, arch=arch, tile=Tile(bm, bn, bk), warps=Warps(*warps),
+                    stages=stages, swizzle=swizzle, raster=Raster(RasterOrder.ROW, 8),
+                    padding=Padding.PREDICATE, split_k=SplitK(split)))
+
+
+# Programs that won on large shapes in benchmarks/results/hopper_large.csv (H200): proposed
+# first, where legal, before the rules' own guesses.
+SEEDS = (
+    "cute_cpp sm_90a 128x128x64 w1x1 s5 swnone row/8 pred k1 persistent c2x1 pingpong tma",
+    "cute_cpp sm_90a 128x128x64 w2x1 s5 swnone row/4 pred k1 persistent c1x1 coop tma",
+    "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c2x1 coop tma",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
+    "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+)
+PREFERRED = {Arch.SM90A: ("cuda_wgmma", "cuda_mma"), Arch.SM80: ("cuda_mma",)}
+"""Backends `default_program` tries, in order, per arch (raw CUDA: emits standalone files)."""
+
+
+SEED_MIN_FLOPS = 1e10  # the seeds' big tiles fill the chip only on large problems
+
+
+def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
+    from ir.text import parse
+    if problem.flops < SEED_MIN_FLOPS:
+        return []
+    return [p for p in map(parse, SEEDS) if p.backend == backend and p.arch == arch]
 
 
 class HeuristicPolicy:
+    """Rule-based proposals for one or several backends (round-robin between them)."""
+
     name = "heuristic"
 
-    def __init__(self, backend: str = DEFAULT_BACKEND):
-        self.backend = backend
+    def __init__(self, backend: str | None = None, backends: list[str] | None = None):
+        self.backends = list(backends) if backends else [backend or DEFAULT_BACKEND]
 
-    def _swizzles(self) -> list[Swizzle]:
-        return [Swizzle.B128, Swizzle.PAD, Swizzle.NONE]
-
-    def propose(self, problem: Problem, arch: Arch, n: int = 1) -> list[Program]:
+    def _legal(self, name: str, problem: Problem, arch: Arch, n: int) -> list[Program]:
+        from backends import registry
+        backend = registry.get(name)
+        if arch not in backend.archs:
+            return []
         out: list[Program] = []
-        for t, swizzle in itertools.product(_tiles_for(problem), self._swizzles()):
-            program = _program(self.backend, arch, t, _split_for(problem, *t[:3]), swizzle)
-            if check(program, problem) is None and program not in out:
+        for program in itertools.chain(_seeds(name, arch, problem), _candidates(backend, arch, problem)):
+            if program not in out and check(program, problem) is None:
                 out.append(program)
                 if len(out) == n:
                     break
         return out
 
+    def propose(self, problem: Problem, arch: Arch, n: int = 1) -> list[Program]:
+        per_backend = [self._legal(b, problem, arch, n) for b in self.backends]
+        ordered = [p for group in itertools.zip_longest(*per_backend) for p in group if p]
+        return ordered[:n]
+
     def observe(self, problem: Problem, program: Program, reward: float) -> None:
         """Rules don't learn."""
 
 
-def default_program(problem: Problem, arch: Arch, backend: str = DEFAULT_BACKEND) -> Program:
-    """The one program the heuristic likes best (what `gemmforge emit` uses untuned)."""
-    proposals = HeuristicPolicy(backend).propose(problem, arch, 1)
-    if not proposals:
-        raise ValueError(f"no legal {backend} program for {problem} on {arch.value}")
-    return proposals[0]
+def default_program(problem: Problem, arch: Arch, backend: str | None = None) -> Program:
+    """The one program the heuristic likes best (what `gemmforge emit` uses untuned): of
+    `backend`, or of the arch's first PREFERRED backend that has a legal program."""
+    for name in (backend,) if backend else PREFERRED[arch]:
+        proposals = HeuristicPolicy(name).propose(problem, arch, 1)
+        if proposals:
+            return proposals[0]
+    raise ValueError(f"no legal {backend or ' or '.join(PREFERRED[arch])} program for "
+                     f"{problem} on {arch.value}")

@@ -74,7 +74,7 @@ def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, 
     LLM policy's options (url, model, dataset)."""
     if name == "heuristic":
         from policy.heuristic import HeuristicPolicy
-        return HeuristicPolicy()
+        return HeuristicPolicy(backends=backends)
     if name == "random":
         return RandomPolicy(archs, backends, seed)
     if name == "learned":
