@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ir.program import Arch, Problem  # noqa: E402
+from ir.program import Arch  # noqa: E402
 from ir.space import Space  # noqa: E402
 from search.commands import RandomPolicy, parse_shapes  # noqa: E402
 from search.report import RESULTS_DIR  # noqa: E402

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from backends.base import BuildError
-from ir.program import Accum, Arch, IRError, Layout, Problem, Program
+from ir.program import Arch, IRError, Problem, Program
 
 EXIT_BAD_INPUT = 2
 

@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 import random
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Iterator, Mapping, Sequence
 
@@ -253,7 +253,6 @@ class Variant:
 def variant(backend_name: str, arch: Arch) -> Variant:
     """The Variant of a registered backend on `arch` (ValueError if it doesn't emit it)."""
     from backends import registry
-    from ir.verify import check
     backend = registry.get(backend_name)
     if arch not in backend.archs:
         raise ValueError(f"{backend_name} does not emit {arch.value}")

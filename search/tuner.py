@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ir.program import Arch, Problem, Program
+from ir.program import Problem
 from ir.space import Space
 from search.env import WORST_REWARD, reward
 from search.records import Result

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import jsonschema
 import pytest
 
-from ir import Arch, parse, parse_problem, to_json
+from ir import Arch, parse_problem, to_json
 from policy.base import Policy
 from policy.heuristic import HeuristicPolicy
 from policy.lineage import Lineage

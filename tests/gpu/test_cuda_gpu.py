@@ -3,7 +3,6 @@
 Fresh random normal inputs per test, the output NaN-filled first, every element compared
 with an fp32 reference by relative Frobenius error; an exact check with {0,1} inputs.
 """
-import math
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +11,7 @@ import pytest
 from compiler import pipeline
 from compiler.emit import build_selftest, emit
 from ir import Problem, parse
+from tests.gpu.correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu
 
@@ -30,10 +30,6 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (64, 64, 64), (256, 256, 256), (1000, 4096, 3
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 
 
-def tolerance(k: int, acc: str) -> float:
-    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
-    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
-    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
 
 
 @pytest.fixture(scope="session")
@@ -49,28 +45,13 @@ def kernels():
         return {job: pipeline.load(art) for job, art in pool.map(build, jobs)}
 
 
-def operands(m, n, k, layout, gen=None):
-    import torch
-    a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen)
-    b = torch.randn(k, n, device="cuda", dtype=torch.float16, generator=gen)
-    return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
 @pytest.mark.parametrize("layout, acc", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("text", PROGRAMS)
 def test_matches_fp32_reference(kernels, text, shape, layout, acc):
-    import torch
-    m, n, k = shape
-    kernel = kernels[(text, layout, acc)]
-    a, b, b_arg = operands(m, n, k, layout)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernel(a, b_arg, out=out)
-    torch.cuda.synchronize()
-    ref = a.float() @ b.float()
-    err = (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
-    assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-    assert err < tolerance(k, acc), f"relative error {err:.2e}"
+    assert_matches_reference(kernels[(text, layout, acc)], *shape, layout, acc)
 
 
 @pytest.mark.parametrize("text", PROGRAMS)

@@ -10,7 +10,6 @@ TMA multicast (2x1, and 2x2 over ragged edges).
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
 """
-import math
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,6 +18,7 @@ import pytest
 from compiler import pipeline
 from compiler.emit import build_selftest, emit
 from ir import Problem, parse
+from tests.gpu.correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu
 
@@ -39,10 +39,6 @@ KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
 
 
-def tolerance(k: int, acc: str) -> float:
-    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
-    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
-    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
 
 
 def computes(text: str, layout: str) -> bool:
@@ -75,31 +71,17 @@ def kernels(request):
         return {job: pipeline.load(art) for job, art in pool.map(build, jobs)}
 
 
-def operands(m, n, k, layout):
-    import torch
-    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
 @pytest.mark.parametrize("layout, acc", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("text", PROGRAMS)
 def test_matches_fp32_reference(kernels, text, shape, layout, acc):
-    import torch
     if not computes(text, layout):
         pytest.skip("clusters are declined for layout nn")
     if not readable(text, shape, layout):
         pytest.skip("predicate program, unaligned rows (test_predicate_refuses_unaligned)")
-    m, n, k = shape
-    a, b, b_arg = operands(m, n, k, layout)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernels[(text, layout, acc)](a, b_arg, out=out)
-    torch.cuda.synchronize()
-    ref = a.float() @ b.float()
-    err = (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
-    assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-    assert err < tolerance(k, acc), f"relative error {err:.2e}"
+    assert_matches_reference(kernels[(text, layout, acc)], *shape, layout, acc)
 
 
 @pytest.mark.parametrize("text", PROGRAMS)
@@ -128,7 +110,6 @@ def test_repeated_launches_reuse_cached_tensor_maps(kernels):
 
 def test_predicate_refuses_unaligned(kernels):
     """A predicate program can't read k % 8 != 0 rows through TMA: the launch says so."""
-    import torch
     a, _, b_arg = operands(64, 64, 65, "nt")
     with pytest.raises(RuntimeError, match="cudaErrorInvalidValue"):
         kernels[(PROGRAMS[0], "nt", "f32")](a, b_arg)

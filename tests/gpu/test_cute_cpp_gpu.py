@@ -6,7 +6,6 @@ with an fp32 reference by relative Frobenius error; repeated launches with the s
 pointers (the launcher's cached-params path, and the stream-K workspace re-arm); an exact
 check with {0,1} inputs; a standalone file passing its own main().
 """
-import math
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from backends.cute_cpp import cutlass
 from compiler import nvcc, pipeline
 from compiler.emit import emit
 from ir import Problem, parse
+from tests.gpu.correctness import operands, relative_error, tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     cutlass.include_dirs() is None, reason=f"CUTLASS headers not found: {cutlass.INSTALL_HINT}")]
@@ -38,10 +38,6 @@ BIG = (8192, 8192, 8192)
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 
 
-def tolerance(k: int, acc: str) -> float:
-    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
-    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
-    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
 
 
 def aligned(n: int, k: int) -> bool:
@@ -64,16 +60,8 @@ def kernels():
         return dict(pool.map(build, jobs))
 
 
-def operands(m, n, k, layout):
-    import torch
-    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
-def rel_error(out, ref) -> float:
-    import torch
-    return (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
 
 
 def run_checked(kernel, shape, layout, acc, repeats=1):
@@ -87,7 +75,7 @@ def run_checked(kernel, shape, layout, acc, repeats=1):
         kernel(a, b_arg, out=out)
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-        err = rel_error(out, ref)
+        err = relative_error(out, ref)
         assert err < tolerance(k, acc), f"relative error {err:.2e}"
 
 
@@ -123,7 +111,6 @@ def test_exact_on_binary_inputs(kernels, text):
 
 def test_pred_refuses_ragged_shapes(kernels):
     """A pred program called at run time with n or k off the 8-half grid fails cleanly."""
-    import torch
     kernel = kernels[(PROGRAMS[0], "nn", "f32")]
     a, _, b = operands(17, 33, 65, "nn")
     with pytest.raises(RuntimeError, match="cudaError 801"):

@@ -7,7 +7,6 @@ these tests find them by their cache key. Where the DSL is installed they build 
 Fresh random normal inputs per test, the output NaN-filled first, every element compared
 with an fp32 reference by relative Frobenius error; an exact check with {0,1} inputs.
 """
-import math
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from backends.cute_dsl.plan import problem_align
 from compiler import pipeline
 from compiler.artifacts import ArtifactCache
 from ir import Problem, parse
+from tests.gpu.correctness import assert_matches_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -25,10 +25,6 @@ PREBUILT = Path(__file__).resolve().parents[2] / ".carry" / "cache"
 CASES = suite.cases()
 
 
-def tolerance(k: int, acc: str) -> float:
-    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
-    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
-    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
 
 
 class Kernels:
@@ -60,26 +56,12 @@ def kernels():
     return Kernels()
 
 
-def operands(m, n, k, layout):
-    import torch
-    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
 @pytest.mark.parametrize("text, problem", CASES, ids=[f"{p}|{t}" for t, p in CASES])
 def test_matches_fp32_reference(kernels, text, problem):
-    import torch
-    kernel = kernels.get(text, problem)
-    m, n, k = problem.m, problem.n, problem.k
-    a, b, b_arg = operands(m, n, k, problem.layout.value)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernel(a, b_arg, out=out)
-    torch.cuda.synchronize()
-    ref = a.float() @ b.float()
-    err = (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
-    assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-    assert err < tolerance(k, problem.acc.value), f"relative error {err:.2e}"
+    assert_matches_reference(kernels.get(text, problem), problem.m, problem.n, problem.k,
+                             problem.layout.value, problem.acc.value)
 
 
 @pytest.mark.parametrize("text", [suite.PROGRAMS[0], suite.PROGRAMS[3]])

@@ -9,7 +9,6 @@ epilogue direct, which is what a search would be told to do. sm_90a programs nee
 Hopper device and skip elsewhere; sm_80 programs run everywhere (on Hopper they are
 compiled for sm_90 with tl.dot kept on mma.sync).
 """
-import math
 
 import pytest
 
@@ -17,6 +16,7 @@ from compiler import pipeline
 from compiler.artifacts import ArtifactCache
 from ir import Problem, check, parse
 from ir.program import Epilogue
+from tests.gpu.correctness import operands, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -32,10 +32,6 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 333), (4096, 64, 8192), (256, 25
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 
 
-def tolerance(k: int, acc: str) -> float:
-    """f32: 5e-3 (fp16 output rounding alone is ~5e-4). f16: each running sum is rounded to
-    fp16, a random walk of ~sqrt(k) roundings of relative size 2^-11; 2x margin."""
-    return 5e-3 if acc == "f32" else max(5e-3, 2 * 2.0 ** -11 * math.sqrt(k))
 
 
 @pytest.fixture(scope="session")
@@ -57,20 +53,8 @@ def legal_program(text: str, problem: Problem):
     return program
 
 
-def operands(m, n, k, layout, binary=False):
-    import torch
-    if binary:
-        a = torch.randint(0, 2, (m, k), device="cuda").half()
-        b = torch.randint(0, 2, (k, n), device="cuda").half()
-    else:
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
-def relative_error(out, ref) -> float:
-    import torch
-    return (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
 
 
 @pytest.mark.parametrize("layout, acc", KINDS)
