@@ -223,6 +223,26 @@ class _Pool:
             w.close()
 
 
+class _Supervised:
+    """What BuilderPool and DeviceRunner share: a _Pool of workers, closed on exit."""
+
+    _pool: _Pool
+
+    @property
+    def restarts(self) -> int:
+        """How many times a worker was started again (after a crash, hang or CUDA error)."""
+        return self._pool.restarts
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 @dataclass(frozen=True)
 class Built:
     """What building one request gave: an artifact, or a failed Result; seconds spent."""
@@ -232,7 +252,7 @@ class Built:
     build_s: float
 
 
-class BuilderPool:
+class BuilderPool(_Supervised):
     """Parallel builds in `workers` CPU processes (default: the CPU count). A build running
     past `timeout_s` (default: GEMMFORGE_BUILD_TIMEOUT + 60 s) is killed with its nvcc and
     becomes a `timeout` failure. `builder` names the build function (search.worker)."""
@@ -269,21 +289,9 @@ class BuilderPool:
         """Build all of `requests` in parallel; one Built per request, in order."""
         return [f.result() for f in [self.submit(r, target_sm) for r in requests]]
 
-    @property
-    def restarts(self) -> int:
-        return self._pool.restarts
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class DeviceRunner:
+class DeviceRunner(_Supervised):
     """One measuring worker process per CUDA device in `devices`. `runner` names the
     function a worker runs per request (default search.bench:run_request; tests inject
     fakes). Each request may take request.settings.timeout_s seconds."""
@@ -329,19 +337,6 @@ class DeviceRunner:
         """Compute capability of the devices (as 90), or None if the runner didn't say."""
         return self.info().get("sm")
 
-    @property
-    def restarts(self) -> int:
-        """How many times a worker was started again (after a crash, hang or CUDA error)."""
-        return self._pool.restarts
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def measure(requests: Sequence[MeasureRequest], *, target_sm: int | None = None,
