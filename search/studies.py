@@ -72,7 +72,7 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, grace_s: int = 1
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                return _HeartbeatStorage(
                     url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
                     grace_period=grace_s, heartbeat_stale_trial_callback=(
                         optuna.storages.RetryHeartbeatStaleTrialCallback(2)))
@@ -80,6 +80,41 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, grace_s: int = 1
             if attempt == 4:
                 raise
             time.sleep(0.2 * (attempt + 1))
+
+
+def _storage_class():
+    import optuna
+
+    class HeartbeatStorage(optuna.storages.RDBStorage):
+        """RDBStorage that also counts as stale a RUNNING trial that never sent a heartbeat
+        and started more than the grace period ago: a process killed between `ask` and its
+        first heartbeat leaves such a trial, which optuna alone would keep RUNNING forever.
+        (A live tuner records the first heartbeat right after `ask`.)"""
+
+        def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+            from datetime import datetime, timedelta
+            from optuna.storages._rdb import models
+            from optuna.trial import TrialState
+            stale = super()._get_stale_trial_ids(study_id)
+            grace = timedelta(seconds=self.grace_period or 2 * self.heartbeat_interval)
+            session = self.scoped_session()
+            try:
+                beating = {h.trial_id for h in session.query(models.TrialHeartbeatModel).all()}
+            finally:
+                session.close()
+            now = datetime.now()
+            for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+                tid = t._trial_id
+                if (tid not in stale and tid not in beating and t.datetime_start is not None
+                        and now - t.datetime_start > grace):
+                    stale.append(tid)
+            return stale
+
+    return HeartbeatStorage
+
+
+def _HeartbeatStorage(*args, **kwargs):
+    return _storage_class()(*args, **kwargs)
 
 
 def fail_stale_trials(study) -> None:

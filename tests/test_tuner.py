@@ -138,5 +138,22 @@ def test_resume_after_a_killed_process_loses_nothing(tmp_path):
     assert all(after[n] == v for n, v in before.items())
     states = {t.number: t.state for t in study.trials}
     assert all(states[n] == optuna.trial.TrialState.FAIL for n in running)
-    retried = {t.system_attrs.get("failed_trial") for t in study.trials if t.number in after}
+    # each stale trial got a retry enqueued (measured if the budget reached it)
+    retried = {t.system_attrs.get("failed_trial") for t in study.trials}
     assert set(running) <= retried
+
+
+def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
+    """ask() makes a trial RUNNING before the tuner records its first heartbeat; a process
+    killed in between leaves a RUNNING trial with no heartbeat, which must not stay forever."""
+    from search.studies import fail_stale_trials, open_storage
+    storage = open_storage(_url(tmp_path), heartbeat_s=1, grace_s=1)
+    study = optuna.create_study(storage=storage, study_name="orphan")
+    study.enqueue_trial({"x": 1})
+    orphan = study.ask()              # RUNNING, and no heartbeat ever recorded
+    time.sleep(2.2)
+    fail_stale_trials(study)
+    states = {t.number: t.state for t in study.trials}
+    assert states[orphan.number] == optuna.trial.TrialState.FAIL
+    retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == orphan.number]
+    assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.WAITING
