@@ -4,6 +4,11 @@ A loader per artifact kind (`@loader("cuda_so")`) turns an Artifact into a `Kern
 `Kernel.__call__` is the user path (checks its inputs, allocates the output and a
 cached workspace); `Kernel.launch` is the lean path the benchmark uses (raw pointers,
 no checks). torch is imported lazily: building and emitting need no torch.
+
+The user path is host overhead on every call (issue 3 holds it to torch.matmul's), so
+it reads each tensor attribute once, remembers the workspace size per problem size and
+device, keeps the workspace's address beside it, and asks torch for the current stream
+through the raw call it binds once; benchmarks/host_path_cpu.py times it on the CPU.
 """
 from __future__ import annotations
 
@@ -37,16 +42,21 @@ def load(artifact: Artifact) -> "Kernel":
     return _LOADERS[artifact.kind](artifact)
 
 
+SHAPES_KEPT = 64  # (problem size, device) pairs whose workspace size a kernel remembers
+
+
 class Kernel(ABC):
     """A loaded GEMM kernel: C[m, n] = A[m, k] @ B with the artifact's layout."""
 
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
-        self._workspace = {}  # device index -> cached workspace tensor
+        self._nn = artifact.layout == Layout.NN
+        self._workspace = {}  # device index -> (address, bytes, tensor) of the workspace
+        self._needs: dict[tuple, int] = {}  # (m, n, k, device index) -> workspace bytes
 
     @abstractmethod
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
-        """Scratch bytes one launch at (m, n, k) needs."""
+        """Scratch bytes one launch at (m, n, k) needs (on the current device)."""
 
     @abstractmethod
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int,
@@ -58,49 +68,72 @@ class Kernel(ABC):
         """C = A @ B on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for layout nn
         and (n, k) for nt; all contiguous. Runs on the current stream."""
         import torch
-        m, k, n = _fast_shapes(a, b, self.artifact.layout) or _check_operands(
+        f16 = torch.float16
+        m, k, n = _fast_shapes(a, b, self._nn, f16) or _check_operands(
             a, b, self.artifact.layout)
         device = a.device
+        index = device.index
         if out is None:
-            out = torch.empty((m, n), dtype=torch.float16, device=device)
-        elif out.shape != (m, n) or out.dtype != torch.float16 or not out.is_contiguous():
+            out = torch.empty(m, n, dtype=f16, device=device)
+        elif out.shape != (m, n) or out.dtype != f16 or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous float16 tensor of shape ({m}, {n})")
-        need = self.workspace_bytes(m, n, k)
-        ws = self._scratch(device, need).data_ptr() if need else 0
+        need = self._needs.get((m, n, k, index))
+        if need is None:
+            need = self._need(m, n, k, index)
+        ws = self._scratch(device, need) if need else 0
         self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws, need,
-                    _current_stream(device))
+                    _current_stream(index))
         return out
 
-    def _scratch(self, device, need: int):
-        import torch
+    def _need(self, m: int, n: int, k: int, index: int | None) -> int:
+        """workspace_bytes, remembered per device: it depends on the sizes and the device
+        only (a cuda-family .so sizes it from the SM count of the device it launches on)."""
+        need = self.workspace_bytes(m, n, k)
+        if len(self._needs) >= SHAPES_KEPT:
+            self._needs.pop(next(iter(self._needs)), None)
+        self._needs[(m, n, k, index)] = need
+        return need
+
+    def _scratch(self, device, need: int) -> int:
+        """The address of a workspace of at least `need` bytes on `device`, kept between
+        calls and grown when a call needs more."""
         cached = self._workspace.get(device.index)
-        if cached is None or cached.numel() < need:
-            cached = torch.empty(max(need, 1), dtype=torch.uint8, device=device)
-            self._workspace[device.index] = cached
-        return cached
+        if cached is None or cached[1] < need:
+            import torch
+            tensor = torch.empty(max(need, 1), dtype=torch.uint8, device=device)
+            cached = self._workspace[device.index] = (tensor.data_ptr(), tensor.numel(), tensor)
+        return cached[0]
 
 
-def _fast_shapes(a, b, layout: Layout) -> tuple[int, int, int] | None:
+def _fast_shapes(a, b, nn: bool, f16) -> tuple[int, int, int] | None:
     """(m, k, n) when the operands are plainly fine (the common case, few attribute reads),
     else None: then _check_operands finds what is wrong and says so."""
-    import torch
-    f16 = torch.float16
-    if (a.dtype is not f16 or b.dtype is not f16 or not a.is_cuda or a.dim() != 2
-            or b.dim() != 2 or not a.is_contiguous() or not b.is_contiguous()
-            or a.device != b.device):
+    if (a.dtype is not f16 or b.dtype is not f16 or not a.is_cuda or not a.is_contiguous()
+            or not b.is_contiguous() or a.device != b.device):
         return None
-    m, k = a.shape
-    kb, n = b.shape if layout == Layout.NN else (b.shape[1], b.shape[0])
+    sa, sb = a.shape, b.shape
+    if len(sa) != 2 or len(sb) != 2:
+        return None
+    m, k = sa
+    kb, n = sb if nn else (sb[1], sb[0])
     return (m, k, n) if kb == k else None
 
 
-def _current_stream(device) -> int:
-    """The current CUDA stream of `device` as a raw handle, by the cheapest call torch has."""
-    import torch
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device.index if device.index is not None else torch.cuda.current_device())
-    return torch.cuda.current_stream(device).cuda_stream
+_raw_stream = None  # torch's cheapest current-stream call, bound on first use
+
+
+def _current_stream(index: int | None) -> int:
+    """The current CUDA stream of device `index` (None: the current device) as a raw
+    handle, by the cheapest call torch has."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda i: torch.cuda.current_stream(i).cuda_stream)
+    if index is None:
+        import torch
+        index = torch.cuda.current_device()
+    return _raw_stream(index)
 
 
 def _check_operands(a, b, layout: Layout) -> tuple[int, int, int]:
@@ -141,8 +174,8 @@ class SharedLibraryKernel(Kernel):
         return int(self._ws(m, n, k))
 
     def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
-        err = self._launch(a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr or None,
-                           workspace_bytes, stream or None)
+        # c_void_p arguments take ints as they are (0 is NULL): no conversion here
+        err = self._launch(a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream)
         if err:
             raise RuntimeError(f"{self.artifact.program_text}: launch failed with "
                                f"cudaError {err} ({_cuda_error_name(err)})")

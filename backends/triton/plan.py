@@ -21,6 +21,11 @@ TMA_MAX_BOX_ROWS = 256     # a TMA box spans at most 256 elements per dimension
 # Integer parameters whose alignment selects a compiled variant, and the problem
 # dimension product each one stands for (NUMEL = M * N).
 ALIGNABLE = ("N", "K", "NUMEL")
+# Launch arguments that change from call to call (the addresses of A, B, C and the
+# workspace, and TMA descriptors over A, B and C), in the order the runtime keeps them;
+# every other argument follows from the problem size.
+PER_CALL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "a_desc", "b_desc", "c_desc")
+DESCRIPTOR_BASES = {"a_desc": "a_ptr", "b_desc": "b_ptr", "c_desc": "c_ptr"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,21 @@ class KernelPlan:
         """Positional launch arguments: `values` by parameter name, constexprs as planned."""
         return [self.constexprs[name] if ty == "constexpr" else values[name]
                 for name, ty in self.signature.items()]
+
+    def launch_template(self, values: dict) -> tuple[tuple, tuple[tuple[int, int], ...]]:
+        """`args(values)` with the PER_CALL_ARGS left open, for a runtime that fills them
+        per launch: (the arguments, None where a per-call one goes; for each of those,
+        (its position, its index in PER_CALL_ARGS)). `values` holds the sizes only."""
+        args, slots = [], []
+        for at, (name, ty) in enumerate(self.signature.items()):
+            if ty == "constexpr":
+                args.append(self.constexprs[name])
+            elif name in PER_CALL_ARGS:
+                args.append(None)
+                slots.append((at, PER_CALL_ARGS.index(name)))
+            else:
+                args.append(values[name])
+        return tuple(args), tuple(slots)
 
     def as_json(self) -> dict:
         return {**asdict(self), "signature": [list(item) for item in self.signature.items()]}

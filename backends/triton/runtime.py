@@ -6,28 +6,45 @@ usually answers at once) rather than loading the stored cubin: a cubin is tied t
 Triton release whose launcher passes its arguments, and the GPU machine's Triton need
 not be the build machine's. The stored PTX and cubin stay as the build's record.
 
-The host path: per problem size, the grids and `compiled[grid]` runners are prepared once;
-per launch, one dict of argument values and, for each kernel of the plan, the prepared
-runner called with `(*args, stream=stream)`: the CompiledKernel's public entry, which
-is what JITFunction.run itself calls after its lookups, and which hands the launcher
-whatever its release wants (3.6 and 3.9 agree today; scratch buffers, launch hooks and
-metadata come with it). Each _Step holds its CompiledKernel: from 3.9 on, dropping it
-unloads the module its function handle points into. Pointers go in as plain ints, which
-Triton's launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny
-pointer shim. A variant per alignment class of (n, k, m * n) is compiled on first use.
+The host path: per problem size, everything that follows from the sizes is prepared once
+(`_Prepared`: the workspace size and, per kernel of the plan, its grid, its Triton runner
+and its argument tuple with the per-call slots left open, plan.PER_CALL_ARGS). A launch
+builds one tuple of per-call values (the four addresses, and for TMA plans the host
+`TensorDescriptor`s over them, kept per address) and, per kernel, fills the slots with one
+itemgetter and a tuple concatenation. The kernel is then launched the way JITFunction.run
+launches it: `compiled.run(grid..., stream, function, packed_metadata, launch_metadata,
+enter_hook, exit_hook, *args)`, with no launch metadata when no launch hook is set (the
+metadata is only ever read by hooks); when a hook is set, or the Triton release is not one
+whose runner was read (DIRECT_RUN_RELEASES), the CompiledKernel's public runner
+`compiled[grid](*args, stream=stream)` launches instead, which builds the metadata and
+calls the hooks. Each _Step holds its CompiledKernel: from 3.9 on, dropping it unloads the
+module its function handle points into. Pointers go in as plain ints, which Triton's
+launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny pointer
+shim, which Triton encodes into a CUtensorMap at every launch (its launcher takes no
+pre-encoded one). A variant per alignment class of (n, k, m * n) is compiled on first use.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from pathlib import Path
+from typing import Callable
 
 from backends.base import Artifact
 from backends.triton import toolchain
 from backends.triton.plan import (
-    ALIGN_HINT, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan, aligned_params,
+    ALIGN_HINT, DESCRIPTOR_BASES, PER_CALL_ARGS, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
+    aligned_params,
 )
+from compiler.knobs import knobs
 from compiler.runtime import Kernel, loader
 
-PREPARED_SHAPES = 64  # problem sizes whose launch preparation a kernel keeps
+PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
+DESCRIPTORS_KEPT = 24  # TMA descriptors a prepared size keeps (over recurring buffers)
+# Triton releases whose CompiledKernel runner was read: it launches with
+# `compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata,
+# launch_metadata, enter_hook, exit_hook, *args)`, the call JITFunction.run makes too.
+DIRECT_RUN_RELEASES = ("3.6.", "3.9.")
+DESCRIPTOR_SLOTS = PER_CALL_ARGS[4:]  # a_desc, b_desc, c_desc: after the four addresses
 
 
 class DevicePointer:
@@ -50,12 +67,40 @@ class _Step:
         compiled.run  # noqa: B018  (loads the module on this device now: fail at load)
 
 
+class _Launch:
+    """One kernel of the plan at one problem size: grid, runner and launcher, and `args`,
+    a function from the per-call tuple (plan.PER_CALL_ARGS order) to its arguments."""
+
+    __slots__ = ("grid", "runner", "run", "function", "metadata", "args")
+
+    def __init__(self, compiled, grid: int, args: Callable[[tuple], tuple]):
+        self.grid, self.args = grid, args
+        self.runner = compiled[(grid, 1, 1)]
+        self.run = compiled.run
+        self.function = getattr(compiled, "function", None)
+        self.metadata = getattr(compiled, "packed_metadata", None)
+
+
+class _Prepared:
+    """What every launch at one problem size shares. `descriptors` is None for a plan
+    without TMA, else the specs of TritonKernel._descriptor_specs; `last` is the latest
+    ((a, b, c) addresses, descriptors) and `kept` the descriptors built at this size, by
+    (name, address)."""
+
+    __slots__ = ("need", "launches", "descriptors", "last", "kept")
+
+    def __init__(self, need: int, launches: tuple, descriptors: tuple | None):
+        self.need, self.launches, self.descriptors = need, launches, descriptors
+        self.last: tuple = (None, ())
+        self.kept: dict = {}
+
+
 class TritonKernel(Kernel):
     """A loaded triton artifact: the plan's kernels, compiled per alignment variant."""
 
     def __init__(self, artifact: Artifact):
         import torch
-        import triton  # noqa: F401  (fail here, clearly, where Triton is missing)
+        import triton  # (fail here, clearly, where Triton is missing)
         super().__init__(artifact)
         meta = artifact.meta
         self.plan = LaunchPlan.from_json(meta["plan"])
@@ -66,9 +111,14 @@ class TritonKernel(Kernel):
         self._capability, self._env = toolchain.capability_for(
             _arch_of(artifact), major * 10 + minor)
         self._f16 = torch.float16
+        # the launch hooks' home where launches may skip the runner, else None. Opt-in
+        # (GEMMFORGE_TRITON_DIRECT_LAUNCH=1) until a GPU run has checked it: the runner
+        # path is the one the GPU tier verified.
+        direct = knobs().triton_direct_launch and triton.__version__.startswith(
+            DIRECT_RUN_RELEASES)
+        self._knobs = triton.knobs.runtime if direct else None
         self._variants: dict[tuple[str, ...], list[_Step]] = {}
-        self._prepared: dict[tuple[int, int, int], tuple] = {}
-        self._last_descriptors: tuple = (None, {})
+        self._prepared: dict[tuple[int, int, int], _Prepared] = {}
         self._steps(tuple(meta["aligned"]))  # the built variant: fail at load, not launch
 
     def _steps(self, aligned: tuple[str, ...]) -> list[_Step]:
@@ -84,70 +134,126 @@ class TritonKernel(Kernel):
         return self.plan.workspace_bytes(m, n, k)
 
     def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
-        if (a_ptr | b_ptr | c_ptr | (workspace_ptr or 0)) % ALIGN_HINT:
+        ws_ptr = workspace_ptr or 0
+        if (a_ptr | b_ptr | c_ptr | ws_ptr) % ALIGN_HINT:
             raise ValueError(f"{self.artifact.program_text}: a, b, c and the workspace must "
                              f"be {ALIGN_HINT}-byte aligned")
-        prepared = self._prepared.get((m, n, k))
-        if prepared is None:
-            prepared = self._prepare(m, n, k)
-        need, runners = prepared
-        if workspace_bytes < need:
-            raise ValueError(f"{self.artifact.program_text}: needs a workspace of {need} B at "
-                             f"{m}x{n}x{k}, got {workspace_bytes} B")
-        values = {"a_ptr": a_ptr, "b_ptr": b_ptr, "c_ptr": c_ptr, "ws_ptr": workspace_ptr or 0,
-                  "M": m, "N": n, "K": k, "NUMEL": m * n}
-        if self.plan.descriptors:
-            values.update(self._descriptors(values))
-        for run, step in runners:
-            values["NUM_PROGRAMS"] = step.grid
-            run(*step.kernel.args(values), stream=stream or 0)
+        prepared = self._prepared.get((m, n, k)) or self._prepare(m, n, k)
+        if workspace_bytes < prepared.need:
+            raise ValueError(f"{self.artifact.program_text}: needs a workspace of "
+                             f"{prepared.need} B at {m}x{n}x{k}, got {workspace_bytes} B")
+        live = (a_ptr, b_ptr, c_ptr, ws_ptr)
+        if prepared.descriptors is not None:
+            live += self._descriptors(prepared, live)
+        stream = stream or 0
+        if self._knobs is not None and _hooks_idle(self._knobs):
+            for step in prepared.launches:
+                step.run(step.grid, 1, 1, stream, step.function, step.metadata, None, None,
+                         None, *step.args(live))
+        else:
+            for step in prepared.launches:
+                step.runner(*step.args(live), stream=stream)
 
-    def _prepare(self, m: int, n: int, k: int):
+    def _prepare(self, m: int, n: int, k: int) -> _Prepared:
         """What a launch at (m, n, k) needs that doesn't change between calls: the
-        workspace size, and per kernel its grid and Triton runner (the lean host path)."""
-        runners = []
+        workspace size, per kernel its grid, runner and argument template, and the
+        shapes of the TMA descriptors."""
+        sizes = {"M": m, "N": n, "K": k, "NUMEL": m * n}
+        launches = []
         for step in self._steps(aligned_params(m, n, k)):
             grid = self.plan.grid(step.kernel, m, n, self._num_sms)
-            runners.append((step.compiled[(grid, 1, 1)], _Sized(step.kernel, grid)))
-        prepared = (self.plan.workspace_bytes(m, n, k), runners)
+            template = step.kernel.launch_template({**sizes, "NUM_PROGRAMS": grid})
+            launches.append(_Launch(step.compiled, grid, fill_per_call(*template)))
+        prepared = _Prepared(self.plan.workspace_bytes(m, n, k), tuple(launches),
+                             self._descriptor_specs(sizes))
         if len(self._prepared) >= PREPARED_SHAPES:
-            self._prepared.pop(next(iter(self._prepared)))
+            self._prepared.pop(next(iter(self._prepared)), None)
         self._prepared[(m, n, k)] = prepared
         return prepared
 
-    def _descriptors(self, values: dict) -> dict:
-        """TMA descriptors for these pointers and sizes; the last set is reused while the
-        caller passes the same buffers (the usual case with PyTorch's caching allocator)."""
-        key = tuple(values[k] for k in ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K"))
-        if self._last_descriptors[0] != key:
-            bases = {"a_desc": values["a_ptr"], "b_desc": values["b_ptr"],
-                     "c_desc": values["c_ptr"]}
-            bases = {name: DevicePointer(ptr, self._f16) for name, ptr in bases.items()}
-            self._last_descriptors = (key, make_descriptors(self.plan, values, bases))
-        return self._last_descriptors[1]
+    def _descriptor_specs(self, sizes: dict) -> tuple | None:
+        """Per DESCRIPTOR_SLOTS entry None (not in the plan) or (name, index of its base
+        address in the per-call tuple, rows, cols, block) at `sizes`; None without TMA."""
+        planned = self.plan.descriptors
+        if not planned:
+            return None
+        return tuple(None if name not in planned else
+                     (name, PER_CALL_ARGS.index(DESCRIPTOR_BASES[name]),
+                      *(sizes[d] for d in planned[name]["dims"]), planned[name]["block"])
+                     for name in DESCRIPTOR_SLOTS)
+
+    def _descriptors(self, prepared: _Prepared, live: tuple) -> tuple:
+        """TMA descriptors (DESCRIPTOR_SLOTS order) over the addresses in `live`; the
+        last set is reused while the caller passes the same buffers (the usual case with
+        PyTorch's caching allocator), and each one is kept per address for buffers that
+        come back (outputs alternating between a few tensors)."""
+        addresses, last = live[:3], prepared.last  # read once: other threads may launch
+        if last[0] != addresses:
+            last = prepared.last = (addresses, tuple(
+                None if spec is None else self._descriptor(prepared, spec, addresses)
+                for spec in prepared.descriptors))
+        return last[1]
+
+    def _descriptor(self, prepared: _Prepared, spec: tuple, addresses: tuple):
+        name, base, rows, cols, block = spec
+        ptr = addresses[base]
+        desc = prepared.kept.get((name, ptr))
+        if desc is None:
+            desc = make_descriptor(name, DevicePointer(ptr, self._f16), rows, cols, block)
+            if len(prepared.kept) >= DESCRIPTORS_KEPT:
+                prepared.kept.pop(next(iter(prepared.kept)), None)
+            prepared.kept[(name, ptr)] = desc
+        return desc
 
 
-class _Sized:
-    """A kernel of the plan with its grid at one problem size."""
+def fill_per_call(template: tuple, slots: tuple[tuple[int, int], ...]
+                  ) -> Callable[[tuple], tuple]:
+    """A function from the per-call tuple to the launch arguments: `template` (from
+    KernelPlan.launch_template) with each slot (position, index) set to live[index].
+    The per-call arguments lead every planned signature, so it is usually one
+    itemgetter and one tuple concatenation; any other order is filled slot by slot."""
+    if not slots:
+        return lambda live: template
+    picks = tuple(index for _, index in slots)
+    if tuple(at for at, _ in slots) == tuple(range(len(slots))):
+        tail = template[len(slots):]
+        if len(picks) == 1:
+            only = picks[0]
+            return lambda live: (live[only],) + tail
+        pick = itemgetter(*picks)
+        return lambda live: pick(live) + tail
 
-    __slots__ = ("kernel", "grid")
+    def fill(live: tuple) -> tuple:
+        args = list(template)
+        for at, index in slots:
+            args[at] = live[index]
+        return tuple(args)
+    return fill
 
-    def __init__(self, kernel: KernelPlan, grid: int):
-        self.kernel, self.grid = kernel, grid
+
+def _hooks_idle(knobs) -> bool:
+    """True when no launch hook is set (then nothing reads the launch metadata). Triton
+    3.6 and 3.9 keep hooks in HookChains (`.calls`); older releases a callable or None."""
+    enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+    return not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave)
 
 
 def make_descriptors(plan: LaunchPlan, values: dict, bases: dict) -> dict:
     """Host TMA descriptors of `plan` over `bases` (tensors, or DevicePointers), shaped by
     the problem sizes in `values`; Triton fills each CUtensorMap at launch."""
+    return {name: make_descriptor(name, bases[name], *(values[d] for d in desc["dims"]),
+                                  desc["block"])
+            for name, desc in plan.descriptors.items()}
+
+
+def make_descriptor(name: str, base, rows: int, cols: int, block):
+    """One host TMA descriptor: a row-major rows x cols fp16 matrix at `base`, loaded in
+    `block` boxes; ValueError where TMA can't address its rows."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    out = {}
-    for name, desc in plan.descriptors.items():
-        rows, cols = (values[d] for d in desc["dims"])
-        if cols % TMA_ROW_ALIGN_HALFS:
-            raise ValueError(f"TMA needs rows of a multiple of {TMA_ROW_ALIGN_HALFS} halves; "
-                             f"{name} is {rows} x {cols} (use epilogue direct)")
-        out[name] = TensorDescriptor(bases[name], [rows, cols], [cols, 1], list(desc["block"]))
-    return out
+    if cols % TMA_ROW_ALIGN_HALFS:
+        raise ValueError(f"TMA needs rows of a multiple of {TMA_ROW_ALIGN_HALFS} halves; "
+                         f"{name} is {rows} x {cols} (use epilogue direct)")
+    return TensorDescriptor(base, [rows, cols], [cols, 1], list(block))
 
 
 def _arch_of(artifact: Artifact):
