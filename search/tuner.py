@@ -258,7 +258,12 @@ class Tuner:
                 self.storage.record_heartbeat(_trial_id(trial))
             program = space.suggest(trial)
             text, source = str(program), trial.user_attrs.get("source", "sampler")
+            # mark it a candidate at once, before verify: other workers settle duplicates
+            # against earlier RUNNING candidates, so the window in which this trial is
+            # RUNNING but unmarked must be as short as possible (an invalid one is failed
+            # below and then counts for nothing)
             trial.set_user_attr("program", text)
+            trial.set_user_attr("candidate", True)
             trial.set_user_attr("source", source)
             reason = check(program, problem)
             if reason or text in known:
@@ -268,7 +273,6 @@ class Tuner:
                     self._enqueue_random(study, space, problem, known)
                 continue
             known[text] = None
-            trial.set_user_attr("candidate", True)
             claim = self._claim(study, trial, text)
             if claim == "surplus":
                 break
