@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One GPU-machine session: run the named parts, logs under $OUT (the device tool's folder,
-# or ./gpu-out elsewhere). Parts: tests:<file-glob> | bench:<script args>. Example:
+# or ./gpu-out elsewhere). Parts: tests:<file-glob> | bench:<script args> | cli:<gemmforge
+# args>. Example:
 #   bash benchmarks/gpu_session.sh "tests:tests/gpu/test_cuda_gpu.py" "bench:benchmarks/cuda_paths.py"
+# At the end, the logs and every result file written meanwhile are packed into
+# $OUT/session.tgz (the device tool returns few files; unpack with tar xzf).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -15,9 +18,12 @@ for part in "$@"; do
     tests) python3 -m pytest -m gpu $arg -q --tb=short -p no:cacheprovider >"$OUT/t_$tag.log" 2>&1
            rc=$?; tail -3 "$OUT/t_$tag.log"; grep -E "^(FAILED|ERROR)" "$OUT/t_$tag.log" | head -20;;
     bench) python3 $arg >"$OUT/b_$tag.log" 2>&1; rc=$?; tail -40 "$OUT/b_$tag.log";;
+    cli) python3 -m compiler.cli $arg >"$OUT/c_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/c_$tag.log";;
     *) echo "unknown part $part"; rc=2;;
   esac
   [ $rc -ne 0 ] && status=$rc
 done
 find benchmarks/results -newer "$OUT/device.txt" -type f -exec cp {} "$OUT/" \; 2>/dev/null
+(cd "$OUT" && tar czf session.tgz --exclude session.tgz --exclude '*.db' ./* \
+  && find . -maxdepth 1 -type f ! -name session.tgz ! -name device.txt -delete)
 exit $status

@@ -2,9 +2,12 @@
 sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3.
 
     python3 benchmarks/hopper_large.py [--count 20] [--seed 4] [--name hopper_large]
+    python3 benchmarks/hopper_large.py --shapes 12288x256x16384 \
+        --programs benchmarks/programs/hopper_weak.txt --name hopper_weak
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
-2*m*n*k >= 1e11, and 8192x8192x8192 always. Programs: benchmarks/programs/hopper_large.txt,
+2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
+benchmarks/programs/hopper_large.txt, one program text per line, # comments),
 each measured with search.env.evaluate (gate, then CUDA-graph kernel time interleaved with
 cuBLAS NN/TN in the same process; layout nn, f32 accumulate). Prints per shape the best
 program's cuBLAS/kernel ratio, then the geomean and minimum, and 8192^3's TFLOP/s.
@@ -43,12 +46,15 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--name", default="hopper_large")
+    ap.add_argument("--shapes", help="comma list of MxNxK instead of the drawn sample")
+    ap.add_argument("--programs", type=Path, default=PROGRAMS, help="program list file")
     args = ap.parse_args()
-    texts = [t for t in PROGRAMS.read_text().splitlines() if t.strip() and t[0] != "#"]
+    texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
+    chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
     settings = BenchSettings(protocols=("kernel",), rounds=5)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
-        for shape in shapes(args.count, args.seed):
+        for shape in chosen:
             problem = parse_problem(shape)
             programs = [p for p in map(parse, texts) if check(p, problem) is None]
             results += evaluate(programs, problem, device_runner=runner, builders=builders,

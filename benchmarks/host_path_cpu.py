@@ -338,11 +338,13 @@ def _triton_share(kern, a, b, c):
 
 
 def gpu_rows(number: int, repeat: int) -> dict[str, float]:
-    """--gpu: real kernels and tensors on the current (sm_90a) device, no stand-ins; each
-    row is the host time of one call: `number` calls (at most 200, so that the launch
-    queue, about a thousand launches deep, never fills and blocks) enqueued back to back
-    between two synchronizes, best of `repeat`. Not run where this file was written (no
-    GPU there): the first run on a GPU machine is its test."""
+    """--gpu: real kernels and tensors on the current (sm_90a) device, no stand-ins. Two
+    kinds of row: "<x>" is the host time of one call, `number` calls (at most 200, so
+    that the launch queue, about a thousand launches deep, never fills and blocks)
+    enqueued back to back between two synchronizes, best of `repeat`; "<x> + sync" is the
+    median wall time of one call followed by a device-wide synchronize (what issue 3's
+    call protocol counts, kernel time included), over `number` x `repeat` samples."""
+    import statistics
     import time as clock
     a = torch.randn(M, K, device="cuda").half()
     b = torch.randn(K, N, device="cuda").half()
@@ -359,9 +361,17 @@ def gpu_rows(number: int, repeat: int) -> dict[str, float]:
                 fn()
             best = min(best, (clock.perf_counter_ns() - start) / number / 1e3)
         torch.cuda.synchronize()
-        out[name] = best
-        print(f"{name:44s} {best:7.2f} us", flush=True)
+        samples = []
+        for _ in range(number * repeat):
+            start = clock.perf_counter_ns()
+            fn()
+            torch.cuda.synchronize()
+            samples.append((clock.perf_counter_ns() - start) / 1e3)
+        out[name], out[name + " + sync"] = best, statistics.median(samples)
+        print(f"{name:44s} {best:7.2f} us   + sync {out[name + ' + sync']:7.2f} us",
+              flush=True)
 
+    time("torch.cuda.synchronize() alone", lambda: None)
     time("torch.matmul(a, b)", lambda: torch.matmul(a, b))
     time("torch.matmul(a, b, out=c)", lambda: torch.matmul(a, b, out=c))
     with tempfile.TemporaryDirectory() as tmp:
@@ -377,6 +387,7 @@ def gpu_kernel_rows(time, name: str, kern, tensors) -> None:
     args = (a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, ws.data_ptr() if need else 0,
             need, torch.cuda.current_stream().cuda_stream)
     time(f"{name}: call", lambda: kern(a, b))
+    time(f"{name}: call, out=", lambda: kern(a, b, out=c))
     time(f"{name}: launch", lambda: kern.launch(*args))
 
 

@@ -169,6 +169,9 @@ class SharedLibraryKernel(Kernel):
                                                         "gemmforge_workspace_bytes"))
         self._ws.restype = ctypes.c_size_t
         self._ws.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._why = getattr(self._lib, "gemmforge_last_error", None)  # optional: in words
+        if self._why is not None:
+            self._why.restype, self._why.argtypes = ctypes.c_char_p, []
 
     def workspace_bytes(self, m, n, k):
         return int(self._ws(m, n, k))
@@ -177,8 +180,10 @@ class SharedLibraryKernel(Kernel):
         # c_void_p arguments take ints as they are (0 is NULL): no conversion here
         err = self._launch(a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream)
         if err:
+            why = self._why().decode(errors="replace") if self._why is not None else ""
             raise RuntimeError(f"{self.artifact.program_text}: launch failed with "
-                               f"cudaError {err} ({_cuda_error_name(err)})")
+                               f"cudaError {err} ({_cuda_error_name(err)})"
+                               + (f": {why}" if why else ""))
 
 
 @loader("cuda_so")

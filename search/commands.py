@@ -9,6 +9,9 @@
 `sample:N[:SEED]` (N grid shapes drawn with SEED, default 0), or `@file` (one shape per
 line). `--gpus N` starts one worker process per GPU (CUDA devices 0..N-1), all on the same
 studies: each starts at a different shape and helps with the others once its own are done.
+Each worker tunes `--concurrent` shapes at once (default 4) so that one shape's builds
+overlap another's measurements on the GPU. Candidates are timed with the kernel protocol
+only (`--protocols`, the reward's protocol); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
 (search.report) under benchmarks/results/. The studies open in optuna-dashboard:
 
@@ -101,8 +104,10 @@ def make_runner(job: dict, index: int):
         return ReplayRunner(records, device=job.get("device", "replay"),
                             archs=job.get("archs", ("sm_90a", "sm_80")),
                             delay_s=job.get("delay_s", 0.0))
+    from search.records import BenchSettings
     from search.runners import HarnessRunner
-    return HarnessRunner(index, builders=job.get("builders"))
+    settings = BenchSettings(protocols=tuple(job.get("protocols") or ("kernel",)))
+    return HarnessRunner(index, builders=job.get("builders"), settings=settings)
 
 
 def run_worker(job: dict, index: int, events=None) -> list[dict]:
@@ -131,7 +136,7 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
                       worker=str(index))
         start = index * len(problems) // max(1, job.get("workers", 1))
         order = problems[start:] + problems[:start]
-        outcomes = [tuner.tune(p) for p in order]
+        outcomes = tuner.tune_all(order, job.get("concurrent", 1))
         return [_outcome_dict(o, runner.device) for o in outcomes]
     finally:
         runner.close()
@@ -248,12 +253,26 @@ def summary_table(outcomes: list[dict]) -> str:
                      for r in rows)
 
 
+def _protocols(text: str) -> list[str]:
+    """--protocols as a list, checked as BenchSettings checks it (a UsageError if bad)."""
+    from compiler.cli import UsageError
+    from search.records import BenchSettings
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        BenchSettings(protocols=tuple(names))
+    except ValueError as e:
+        raise UsageError(f"--protocols: {e}") from None
+    return names
+
+
 def cmd_tune(args) -> int:
     from search.records import Result
     from search.report import write_report
     from search.studies import default_storage
     from compiler.cli import UsageError
     problems = parse_shapes(args.shapes, args.layout, args.acc)
+    if args.concurrent < 1:
+        raise UsageError(f"--concurrent: {args.concurrent} must be >= 1")
     if args.policy == "llm" and not (args.llm_url or args.llm_model):
         raise UsageError("--policy llm needs --llm-url (an OpenAI-compatible server) or "
                          "--llm-model (a local model directory)")
@@ -264,6 +283,7 @@ def cmd_tune(args) -> int:
            "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset},
            "backends": args.backends.split(",") if args.backends else None,
            "workers": args.gpus, "seed": args.seed, "replay": args.replay,
+           "concurrent": args.concurrent, "protocols": _protocols(args.protocols),
            "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
     print(f"storage: {storage}   (optuna-dashboard {storage})", file=sys.stderr)
     start = time.perf_counter()
@@ -301,6 +321,12 @@ def add_to(sub) -> None:
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")
     t.add_argument("--batch", type=int, default=8, help="candidates measured together")
+    t.add_argument("--concurrent", type=int, default=4,
+                   help="shapes each worker tunes at once (their builds overlap the others' "
+                        "measurements)")
+    t.add_argument("--protocols", default="kernel",
+                   help="timing protocols per candidate, comma list of kernel,cold,call,"
+                        "server (kernel: the reward; the others cost GPU time)")
     t.add_argument("--seed", type=int)
     t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
                                     "instead of a GPU")

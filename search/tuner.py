@@ -98,6 +98,21 @@ class Outcome:
         return self.best.speedup if self.best else None
 
 
+class _Serialized:
+    """A policy whose propose and observe run one at a time, for tune_all's threads."""
+
+    def __init__(self, policy):
+        self.inner, self.name, self._lock = policy, policy.name, threading.Lock()
+
+    def propose(self, *args, **kwargs):
+        with self._lock:
+            return self.inner.propose(*args, **kwargs)
+
+    def observe(self, *args, **kwargs):
+        with self._lock:
+            return self.inner.observe(*args, **kwargs)
+
+
 def _trial_id(trial) -> int:
     return trial._trial_id  # optuna's own code passes this to storage calls
 
@@ -152,7 +167,8 @@ class Tuner:
                  on_result: Callable[[dict], None] | None = None, worker: str = ""):
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.runner, self.policy, self.database = runner, policy, database
+        self.runner, self.database = runner, database
+        self.policy = None if policy is None else _Serialized(policy)
         self.settings = settings or TuneSettings()
         self.storage = open_storage(storage, self.settings.heartbeat_s, self.settings.grace_s)
         self.on_result, self.worker = on_result, worker
@@ -171,8 +187,17 @@ class Tuner:
     def space(self, problem: Problem) -> Space:
         return Space.build(self.runner.archs, self.settings.backends, problem)
 
-    def tune_all(self, problems: Sequence[Problem]) -> list[Outcome]:
-        return [self.tune(p) for p in problems]
+    def tune_all(self, problems: Sequence[Problem], concurrent: int = 1) -> list[Outcome]:
+        """Tune every problem, `concurrent` at a time (threads sharing this tuner's runner:
+        one problem's builds overlap another's measurements). Outcomes in input order."""
+        if concurrent < 1:
+            raise ValueError(f"concurrent: {concurrent} must be >= 1")
+        if concurrent == 1 or len(problems) < 2:
+            return [self.tune(p) for p in problems]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(concurrent, len(problems)),
+                                thread_name_prefix="gemmforge-tune") as pool:
+            return list(pool.map(self.tune, problems))
 
     def tune(self, problem: Problem) -> Outcome:
         """Spend what is left of the problem's budget; return the study's outcome."""

@@ -92,3 +92,23 @@ def test_tune_llm_policy_needs_a_model(capsys):
     code, _, err = run(capsys, "tune", "--shapes", "64x64x64", "--policy", "llm",
                        "--replay", "synthetic", "--storage", ":memory:")
     assert code == 2 and "--policy llm needs --llm-url" in err
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--protocols", "kernel,warp", "--protocols: "),
+    ("--protocols", "cold", "must include 'kernel'"),
+    ("--concurrent", "0", "--concurrent: 0 must be >= 1"),
+])
+def test_tune_rejects_bad_measurement_settings(capsys, flag, value, said):
+    code, _, err = run(capsys, "tune", "--shapes", "64x64x64", flag, value,
+                       "--replay", "synthetic", "--storage", ":memory:")
+    assert code == 2 and said in err
+
+
+def test_tune_replayed_with_concurrent_shapes(capsys, tmp_path):
+    code, out, _ = run(capsys, "tune", "--shapes", "64x64x64,128x256x512,256x128x64",
+                       "--budget", "4", "--batch", "2", "--concurrent", "3", "--quiet",
+                       "--replay", "synthetic", "--storage", ":memory:",
+                       "--report-dir", str(tmp_path), "--report", "t")
+    assert code == 0
+    assert "12 candidates measured" in out and (tmp_path / "t.csv").exists()

@@ -157,3 +157,58 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     assert states[orphan.number] == optuna.trial.TrialState.FAIL
     retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == orphan.number]
     assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.WAITING
+
+
+class _Overlapping(replay.ReplayRunner):
+    """Counts how many evaluate calls run at once."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        import threading
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+    def evaluate(self, programs, problem):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            return super().evaluate(programs, problem)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+class _Reentrancy(HeuristicPolicy):
+    """Fails if two threads are inside it at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = 0
+
+    def _enter(self, fn, *args):
+        self.inside += 1
+        try:
+            assert self.inside == 1, "policy entered by two threads at once"
+            time.sleep(0.002)
+            return fn(*args)
+        finally:
+            self.inside -= 1
+
+    def propose(self, *args):
+        return self._enter(super().propose, *args)
+
+    def observe(self, *args):
+        return self._enter(super().observe, *args)
+
+
+def test_tune_all_overlaps_problems_and_serialises_the_policy(tmp_path):
+    problems = [Problem(256 * i, 512, 1024) for i in (1, 2, 3, 4)]
+    runner = _Overlapping(archs=ARCHS, delay_s=0.02)
+    tuner = Tuner(runner, _Reentrancy(), _url(tmp_path),
+                  TuneSettings(budget=Budget(8), **SETTINGS))
+    outcomes = tuner.tune_all(problems, concurrent=4)
+    assert [o.problem for o in outcomes] == problems
+    assert all(o.measured == 8 and o.best is not None for o in outcomes)
+    assert runner.most > 1
+    with pytest.raises(ValueError, match="concurrent"):
+        tuner.tune_all(problems, concurrent=0)
