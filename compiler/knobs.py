@@ -31,7 +31,7 @@ class Knobs:
     nvcc: str             # GEMMFORGE_NVCC: the nvcc to build with (default: nvcc on PATH)
     build_timeout_s: float  # GEMMFORGE_BUILD_TIMEOUT: seconds one build may take
     nvcc_threads: int     # GEMMFORGE_NVCC_THREADS: nvcc --threads
-    triton_direct_launch: bool  # GEMMFORGE_TRITON_DIRECT_LAUNCH=1: skip Triton's runner (3.6/3.9)
+    triton_direct_launch: bool  # GEMMFORGE_TRITON_DIRECT_LAUNCH=0: through Triton's runner
     tune_db: str | None   # GEMMFORGE_TUNE_DB: SQLAlchemy URL of studies + tuned database
     cutlass_dir: Path | None  # GEMMFORGE_CUTLASS_DIR: CUTLASS headers (default: the nvidia-cutlass wheel's)
 
@@ -44,7 +44,7 @@ def knobs() -> Knobs:
         nvcc=os.environ.get("GEMMFORGE_NVCC", "nvcc"),
         build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "900")),
         nvcc_threads=int(os.environ.get("GEMMFORGE_NVCC_THREADS", "1")),
-        triton_direct_launch=os.environ.get("GEMMFORGE_TRITON_DIRECT_LAUNCH", "0") == "1",
+        triton_direct_launch=os.environ.get("GEMMFORGE_TRITON_DIRECT_LAUNCH", "1") != "0",
         tune_db=os.environ.get("GEMMFORGE_TUNE_DB") or None,
         cutlass_dir=_optional_path("GEMMFORGE_CUTLASS_DIR"),
     )

@@ -144,7 +144,7 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
 
 def _outcome_dict(o, device: str) -> dict:
     return {"problem": str(o.problem), "study": o.study, "measured": o.measured,
-            "device": device, "source": o.source,
+            "device": device, "source": o.source, "timing": o.timing,
             "best": o.best.to_dict() if o.best else None}
 
 
@@ -239,6 +239,22 @@ def _mnk(problem_text: str) -> tuple[int, int, int]:
     return tuple(int(x) for x in problem_text.split()[0].split("x"))
 
 
+def timing_line(outcomes: list[dict]) -> str:
+    """Where this run's time went, summed over shapes (threads and workers overlap, so
+    the stages may add up to more than the wall time)."""
+    total: dict[str, float] = {}
+    for o in outcomes:
+        for stage, seconds in (o.get("timing") or {}).items():
+            total[stage] = total.get(stage, 0.0) + seconds
+    if not total:
+        return "time by stage: none recorded"
+    return ("time by stage, summed over shapes: " +
+            ", ".join(f"{stage} {total[stage]:.1f} s" for stage in
+                      ("ask", "evaluate", "tell") if stage in total) +
+            f"; inside evaluate, per candidate summed: builds {total.get('build', 0):.1f} s, "
+            f"GPU measurement {total.get('measure', 0):.1f} s")
+
+
 def summary_table(outcomes: list[dict]) -> str:
     """A plain-text table: shape, measured candidates, best ratio over cuBLAS, source,
     best program."""
@@ -293,6 +309,7 @@ def cmd_tune(args) -> int:
     measured = sum(o["measured"] for o in outcomes)
     print(f"{measured} candidates measured in {wall:.0f} s on {args.gpus} GPU(s): "
           f"{measured / wall / args.gpus:.2f} candidates per GPU-second (builds included)")
+    print(timing_line(outcomes))
     best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
     if best and args.report:
         csv_path, png_path = write_report(best, args.report,

@@ -160,15 +160,28 @@ def make_sampler(seed: int | None, startup_trials: int):
     import optuna
 
     class VerifiedTPESampler(optuna.samplers.TPESampler):
+        """Every sampling call for one trial (the relative group, then each parameter
+        left to independent sampling) sees one _SamplerView: the study's trials are read
+        once per trial instead of once per parameter."""
+
+        _view: tuple = (None, None)  # (trial id, its view)
+
+        def _view_for(self, study, trial):
+            tid, view = self._view
+            if tid != trial._trial_id or view._study is not study:
+                view = _SamplerView(study)
+                self._view = (trial._trial_id, view)
+            return view
+
         def infer_relative_search_space(self, study, trial):
-            return super().infer_relative_search_space(_SamplerView(study), trial)
+            return super().infer_relative_search_space(self._view_for(study, trial), trial)
 
         def sample_relative(self, study, trial, search_space):
-            return super().sample_relative(_SamplerView(study), trial, search_space)
+            return super().sample_relative(self._view_for(study, trial), trial, search_space)
 
         def sample_independent(self, study, trial, param_name, param_distribution):
-            return super().sample_independent(_SamplerView(study), trial, param_name,
-                                              param_distribution)
+            return super().sample_independent(self._view_for(study, trial), trial,
+                                              param_name, param_distribution)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

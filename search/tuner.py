@@ -32,7 +32,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from ir.program import Problem
@@ -92,6 +92,7 @@ class Outcome:
     measured: int
     best: Result | None
     source: str = ""
+    timing: dict = field(default_factory=dict)  # this run's seconds by stage (see tune())
 
     @property
     def best_ratio(self) -> float | None:
@@ -200,17 +201,23 @@ class Tuner:
             return list(pool.map(self.tune, problems))
 
     def tune(self, problem: Problem) -> Outcome:
-        """Spend what is left of the problem's budget; return the study's outcome."""
+        """Spend what is left of the problem's budget; return the study's outcome, its
+        `timing` this run's wall seconds by stage: "ask" (proposals, sampling, verify),
+        "evaluate" (the runner: builds and measurements), "tell" (storing results), and
+        the sums over its results of "build" (CPU) and "measure" (GPU) seconds."""
         study, space = self.study(problem), self.space(problem)
         fail_stale_trials(study)
         self._observe_history(study, problem)
+        timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
         while (room := self._room(study)) > 0:
+            start = time.monotonic()
             self._enqueue_proposals(study, space, problem, room)
             batch = self._ask(study, space, problem, room)
+            timing["ask"] += time.monotonic() - start
             if not batch:
                 break
-            self._measure(study, problem, batch)
-        return self.outcome(study, problem)
+            self._measure(study, problem, batch, timing)
+        return replace(self.outcome(study, problem), timing=timing)
 
     def outcome(self, study, problem: Problem) -> Outcome:
         measured = _measured(study.get_trials(deepcopy=False))
@@ -344,7 +351,7 @@ class Tuner:
                                     user_attrs={"source": "random", "program": str(program)})
                 return
 
-    def _measure(self, study, problem: Problem, batch: list[tuple]) -> None:
+    def _measure(self, study, problem: Problem, batch: list[tuple], timing: dict) -> None:
         """Measure a batch; tell, observe and record each result. If anything raises (an
         interrupt included), the batch's untold trials are failed and re-enqueued."""
         trials = [t for t, _, _ in batch]
@@ -353,11 +360,16 @@ class Tuner:
             start = time.monotonic()
             with _heartbeat(self.storage, trials, self.settings.heartbeat_s):
                 results = self.runner.evaluate([p for _, p, _ in batch], problem)
-            cost = (time.monotonic() - start) / len(batch)
+            told_at = time.monotonic()
+            cost = (told_at - start) / len(batch)
             best = self.outcome(study, problem).best
             for (trial, program, source), result in zip(batch, results):
                 best = self._tell(study, problem, trial, program, source, result, cost, best)
                 told.add(trial.number)
+            timing["evaluate"] += told_at - start
+            timing["tell"] += time.monotonic() - told_at
+            timing["build"] += sum(r.build_s or 0.0 for r in results)
+            timing["measure"] += sum(r.measure_s or 0.0 for r in results)
         finally:
             self._requeue(study, [b for b in batch if b[0].number not in told])
 

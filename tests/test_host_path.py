@@ -131,7 +131,7 @@ def test_cached_launches_equal_uncached(device, tmp_path, text):
 
 @pytest.mark.parametrize("text", [DIRECT, PARTIALS, TMA_SPLIT])
 def test_runner_and_run_launch_alike(device, tmp_path, text, monkeypatch):
-    """Opted in, with no launch hook set, the kernel goes through compiled.run; with one (or
+    """Direct, with no launch hook set, the kernel goes through compiled.run; with one (or
     where Triton's release was not read) through the runner: the same arguments either way."""
     from triton import knobs
     monkeypatch.setenv("GEMMFORGE_TRITON_DIRECT_LAUNCH", "1")
@@ -155,12 +155,16 @@ def test_runner_and_run_launch_alike(device, tmp_path, text, monkeypatch):
     assert launched(device) == direct
 
 
-def test_runner_is_the_default_launch_path(device, tmp_path, monkeypatch):
-    """Until a GPU run has checked compiled.run, launches go through Triton's runner."""
-    monkeypatch.delenv("GEMMFORGE_TRITON_DIRECT_LAUNCH", raising=False)
+@pytest.mark.parametrize("setting, path", [(None, "run"), ("1", "run"), ("0", "runner")])
+def test_direct_launch_is_the_default(device, tmp_path, monkeypatch, setting, path):
+    """compiled.run unless GEMMFORGE_TRITON_DIRECT_LAUNCH=0 (the GPU tier passed with it)."""
+    if setting is None:
+        monkeypatch.delenv("GEMMFORGE_TRITON_DIRECT_LAUNCH", raising=False)
+    else:
+        monkeypatch.setenv("GEMMFORGE_TRITON_DIRECT_LAUNCH", setting)
     kernel = triton_kernel(DIRECT, Problem(256, 256, 256), tmp_path)
     kernel.launch(A, B, C, 256, 256, 256, 0, 0, 0)
-    assert {entry[-1] for entry in device} == {"runner"}
+    assert {entry[-1] for entry in device} == {path}
 
 
 def test_hooks_idle():

@@ -111,9 +111,9 @@ class TritonKernel(Kernel):
         self._capability, self._env = toolchain.capability_for(
             _arch_of(artifact), major * 10 + minor)
         self._f16 = torch.float16
-        # the launch hooks' home where launches may skip the runner, else None. Opt-in
-        # (GEMMFORGE_TRITON_DIRECT_LAUNCH=1) until a GPU run has checked it: the runner
-        # path is the one the GPU tier verified.
+        # the launch hooks' home where launches may skip the runner, else None. On by
+        # default (the GPU tier passed with it on an H100, Triton 3.6);
+        # GEMMFORGE_TRITON_DIRECT_LAUNCH=0 launches through the runner instead.
         direct = knobs().triton_direct_launch and triton.__version__.startswith(
             DIRECT_RUN_RELEASES)
         self._knobs = triton.knobs.runtime if direct else None
