@@ -146,6 +146,19 @@ def test_cutlass_dir_override(monkeypatch, tmp_path):
     assert cutlass.include_dirs()[0] == tmp_path / "include" and cutlass.version() == "4.1.0"
 
 
+def shared_statics(path) -> list[str]:
+    """gemmforge's STB_GNU_UNIQUE symbols in a kernel library (nm type "u"): the dynamic
+    linker shares each between all loaded libraries, so one kernel's state would serve
+    another's launches. Checked only where binutils' nm is installed."""
+    import shutil
+    import subprocess
+    if not shutil.which("nm"):
+        return []
+    out = subprocess.run(["nm", "-D", "-C", "--defined-only", str(path)], text=True,
+                         capture_output=True, check=True).stdout
+    return [line for line in out.splitlines() if " u " in line and "gf::" in line]
+
+
 @pytest.fixture
 def slow_builds(monkeypatch):
     """CUTLASS sm90 compiles take 1-2 minutes on a small machine."""
@@ -160,6 +173,7 @@ def test_sm90_cooperative_builds_with_gmma_and_tma(tmp_path, slow_builds):
     be = registry.get("cute_cpp")
     art = be.build(be.lower(parse(COOP), ALIGNED), Target(90), tmp_path)
     assert art.kind == "cuda_so" and art.path.stat().st_size > 0
+    assert not shared_statics(art.path)
     if nvcc.cuobjdump():
         sass = nvcc.disassemble(art.path)
         assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass
@@ -188,6 +202,7 @@ def test_sm80_builds_for_hopper_devices(tmp_path, slow_builds):
     be = registry.get("cute_cpp")
     p = parse(SM80.replace("col/4", "row/4"))
     art = be.build(be.lower(p, Problem(17, 33, 65, "nt", "f32")), Target(90), tmp_path)
+    assert not shared_statics(art.path)
     if nvcc.cuobjdump():
         sass = nvcc.disassemble(art.path)
         assert "HMMA.16816" in sass and "LDSM" in sass and "LDGSTS" in sass
