@@ -66,7 +66,9 @@ class TuneSettings:
     batch: candidates measured together (builds overlap); policy_share: the fraction of a
     batch the policy proposes (the sampler fills the rest); backends: None for every
     registered one; max_rejects: invalid or duplicate asks tolerated per candidate before
-    a random legal program is enqueued instead; startup_trials: TPE's random start;
+    a random legal program is enqueued instead; startup_trials: TPE's random start, made
+    of random legal programs (sampled and verified in memory, then enqueued: TPE's own
+    random start is mostly illegal programs, each a trial written and failed);
     heartbeat_s / grace_s: a running trial is stale after grace_s without a heartbeat;
     command: recorded with each best program in the tuned database."""
 
@@ -212,6 +214,7 @@ class Tuner:
         while (room := self._room(study)) > 0:
             start = time.monotonic()
             self._enqueue_proposals(study, space, problem, room)
+            self._enqueue_startup(study, space, problem, room)
             batch = self._ask(study, space, problem, room)
             timing["ask"] += time.monotonic() - start
             if not batch:
@@ -343,12 +346,26 @@ class Tuner:
             trial.set_user_attr("duplicate", True)
             study.tell(trial, state=TrialState.FAIL)
 
+    def _enqueue_startup(self, study, space: Space, problem: Problem, room: int) -> None:
+        """While the sampler is in its random start (fewer than startup_trials finished
+        trials), fill the batch's sampler share with random legal programs."""
+        from optuna.trial import TrialState
+        trials = study.get_trials(deepcopy=False)
+        finished = sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+        waiting = sum(t.state == TrialState.WAITING for t in trials)
+        if finished >= self.settings.startup_trials:
+            return
+        known = self._known(study)
+        for _ in range(max(0, min(room, self.settings.startup_trials - finished) - waiting)):
+            self._enqueue_random(study, space, problem, known)
+
     def _enqueue_random(self, study, space: Space, problem: Problem, known: dict) -> None:
         for _ in range(100):
             program = space.sample_legal(problem, self._rng)
             if str(program) not in known:
                 study.enqueue_trial(space.params(program),
                                     user_attrs={"source": "random", "program": str(program)})
+                known[str(program)] = None
                 return
 
     def _measure(self, study, problem: Problem, batch: list[tuple], timing: dict) -> None:

@@ -212,3 +212,14 @@ def test_tune_all_overlaps_problems_and_serialises_the_policy(tmp_path):
     assert runner.most > 1
     with pytest.raises(ValueError, match="concurrent"):
         tuner.tune_all(problems, concurrent=0)
+
+
+def test_the_random_start_is_legal_programs_only(tmp_path):
+    """TPE's own random start is mostly illegal programs; the tuner's is verified first."""
+    settings = TuneSettings(budget=Budget(8), startup_trials=8,
+                            **{**SETTINGS, "backends": ("triton", "cuda_mma")})
+    tuner = Tuner(replay.ReplayRunner(archs=ARCHS), None, _url(tmp_path), settings)
+    assert tuner.tune(PROBLEM).measured == 8
+    trials = tuner.study(PROBLEM).trials
+    assert len(trials) == 8 and not [t for t in trials if t.user_attrs.get("invalid")]
+    assert {t.user_attrs["source"] for t in trials} == {"random"}
