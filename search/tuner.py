@@ -297,9 +297,10 @@ class Tuner:
             # against earlier RUNNING candidates, so the window in which this trial is
             # RUNNING but unmarked must be as short as possible (an invalid one is failed
             # below and then counts for nothing)
-            trial.set_user_attr("program", text)
+            if trial.user_attrs.get("program") != text:  # enqueued trials carry both
+                trial.set_user_attr("program", text)
+                trial.set_user_attr("source", source)
             trial.set_user_attr("candidate", True)
-            trial.set_user_attr("source", source)
             reason = check(program, problem)
             if reason or text in known:
                 rejects += 1
@@ -379,9 +380,11 @@ class Tuner:
                 results = self.runner.evaluate([p for _, p, _ in batch], problem)
             told_at = time.monotonic()
             cost = (told_at - start) / len(batch)
-            best = self.outcome(study, problem).best
+            before = self.outcome(study, problem)
+            best = before.best
             for (trial, program, source), result in zip(batch, results):
-                best = self._tell(study, problem, trial, program, source, result, cost, best)
+                best = self._tell(study, problem, trial, program, source, result, cost, best,
+                                  before.measured + len(told) + 1)
                 told.add(trial.number)
             timing["evaluate"] += told_at - start
             timing["tell"] += time.monotonic() - told_at
@@ -390,10 +393,11 @@ class Tuner:
         finally:
             self._requeue(study, [b for b in batch if b[0].number not in told])
 
-    def _tell(self, study, problem, trial, program, source, result, cost, best):
+    def _tell(self, study, problem, trial, program, source, result, cost, best, measured):
         value = reward(result)
         for key, attr in _result_attrs(result, source, cost, self.worker).items():
-            trial.set_user_attr(key, attr)
+            if trial.user_attrs.get(key, self) != attr:  # (source is usually set already)
+                trial.set_user_attr(key, attr)
         study.tell(trial, value)
         self._observed.add((study.study_name, trial.number))
         if self.policy is not None:
@@ -404,10 +408,10 @@ class Tuner:
                 self.database.record(self.runner.device, problem, result,
                                      self.settings.command, study=study.study_name)
         if self.on_result is not None:
-            self.on_result({"problem": problem, "measured": len(_measured(
-                study.get_trials(deepcopy=False))), "budget": self.settings.budget.trials,
-                "reward": value, "best_ratio": best.speedup if best else None,
-                "source": source, "worker": self.worker})
+            self.on_result({"problem": problem, "measured": measured,
+                            "budget": self.settings.budget.trials, "reward": value,
+                            "best_ratio": best.speedup if best else None,
+                            "source": source, "worker": self.worker})
         return best
 
     def _requeue(self, study, batch: list[tuple]) -> None:
