@@ -8,7 +8,8 @@ Python's random.Random(3) (search.commands.parse_shapes). Per shape, every progr
 SWEEP that verify accepts is measured with search.env.evaluate (gate first; kernel time
 from CUDA graphs and call time, cuBLAS NN/TN interleaved in the same process). The first
 program is measured twice in the same batch for every shape: the difference between the
-two is the repeatability figure. Host overhead = call_us - kernel_us, for the candidate and
+two is the repeatability figure, for the kernel time and for its ratio to cuBLAS timed
+interleaved with it (which cancels the GPU's clock drift between the two). Host overhead = call_us - kernel_us, for the candidate and
 for torch.matmul in the same run. Results: benchmarks/results/<name>.csv and .png; the
 summary printed last.
 """
@@ -46,7 +47,7 @@ def main() -> int:
     ap.add_argument("--shapes", default="sample:50:3")
     ap.add_argument("--name", default="triton_sample")
     args = ap.parse_args()
-    settings = BenchSettings(protocols=("kernel", "call"), rounds=3, call_repeats=5)
+    settings = BenchSettings(protocols=("kernel", "call"), rounds=5, call_repeats=5)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for problem in parse_shapes(args.shapes):
@@ -80,6 +81,11 @@ def summary(results) -> str:
         ours, torch_ = statistics.median(o[0] for o in over), statistics.median(o[1] for o in over)
         lines.append(f"host overhead per call (median over shapes): gemmforge {ours:.1f} us, "
                      f"torch.matmul {torch_:.1f} us")
+        for kind, rows in sorted(_by_launch_kind(best).items()):
+            lines.append(f"  best program {kind:>7} ({len(rows):2d} shapes): gemmforge "
+                         f"{statistics.median(r.call_us - r.kernel_us for r in rows):.1f} us, "
+                         f"torch.matmul "
+                         f"{statistics.median(r.cublas_call_us - r.cublas_us for r in rows):.1f} us")
     lines.append(f"repeatability (same program twice, |t1 - t2| / mean): {_repeat(results)}")
     failed = [r for r in results if not r.ok]
     lines += [f"FAILED {r.m}x{r.n}x{r.k} {r.program}: {r.kind}: {r.message[:160]}"
@@ -87,17 +93,36 @@ def summary(results) -> str:
     return "\n".join(lines)
 
 
+def _by_launch_kind(best) -> dict[str, list]:
+    """The shapes' best results by what one call launches: "tma" (host-encoded
+    descriptors), "split-K" (a GEMM and a reduce kernel), or "direct" (one kernel)."""
+    kinds = defaultdict(list)
+    for r in best:
+        if r.call_us and r.cublas_call_us:
+            program = parse(r.program)
+            kind = "split-K" if program.split_k.slices > 1 else \
+                "tma" if program.epilogue.value == "tma" else "direct"
+            kinds[kind].append(r)
+    return kinds
+
+
 def _repeat(results) -> str:
     pairs = defaultdict(list)
     for r in results:
         if r.ok:
-            pairs[(r.m, r.n, r.k, r.program)].append(r.kernel_us)
-    diffs = [abs(a - b) / ((a + b) / 2) for ts in pairs.values() if len(ts) == 2
-             for a, b in [ts]]
-    if not diffs:
+            pairs[(r.m, r.n, r.k, r.program)].append(r)
+    twice = [rs for rs in pairs.values() if len(rs) == 2]
+    if not twice:
         return "n/a"
-    return (f"median {100 * statistics.median(diffs):.2f}%, max {100 * max(diffs):.2f}% "
-            f"over {len(diffs)} shapes")
+
+    def spread(values) -> str:
+        diffs = [abs(a - b) / ((a + b) / 2) for a, b in values]
+        worst = max(range(len(diffs)), key=diffs.__getitem__)
+        r = twice[worst][0]
+        return (f"median {100 * statistics.median(diffs):.2f}%, max {100 * diffs[worst]:.2f}% "
+                f"({r.m}x{r.n}x{r.k}, {r.kernel_us:.1f} us)")
+    return (f"over {len(twice)} shapes: kernel time {spread([(a.kernel_us, b.kernel_us) for a, b in twice])}; "
+            f"ratio to cuBLAS {spread([(a.speedup, b.speedup) for a, b in twice])}")
 
 
 if __name__ == "__main__":
