@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session: run the named parts, logs under $OUT (the device tool's folder,
 # or ./gpu-out elsewhere). Parts: tests:<file-glob> | bench:<script args> | cli:<gemmforge
-# args> | env:NAME=VALUE (set for the parts after it). Example:
+# args> | sh:<script args> | env:NAME=VALUE (set for the parts after it). Example:
 #   bash benchmarks/gpu_session.sh "tests:tests/gpu/test_cuda_gpu.py" "bench:benchmarks/cuda_paths.py"
 # At the end, the logs and every result file written meanwhile are packed into
 # $OUT/session.tgz (the device tool returns few files; unpack with tar xzf).
@@ -19,6 +19,7 @@ for part in "$@"; do
            rc=$?; tail -3 "$OUT/t_$tag.log"; grep -E "^(FAILED|ERROR)" "$OUT/t_$tag.log" | head -20;;
     bench) python3 $arg >"$OUT/b_$tag.log" 2>&1; rc=$?; tail -40 "$OUT/b_$tag.log";;
     cli) python3 -m compiler.cli $arg >"$OUT/c_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/c_$tag.log";;
+    sh) bash $arg >"$OUT/s_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/s_$tag.log";;
     env) export "$arg"; rc=0;;
     *) echo "unknown part $part"; rc=2;;
   esac
