@@ -349,7 +349,8 @@ class Tuner:
 
     def _enqueue_startup(self, study, space: Space, problem: Problem, room: int) -> None:
         """While the sampler is in its random start (fewer than startup_trials finished
-        trials), fill the batch's sampler share with random legal programs."""
+        trials: a whole first batch, however large), fill the batch's sampler share with
+        random legal programs."""
         from optuna.trial import TrialState
         trials = study.get_trials(deepcopy=False)
         finished = sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
@@ -357,7 +358,7 @@ class Tuner:
         if finished >= self.settings.startup_trials:
             return
         known = self._known(study)
-        for _ in range(max(0, min(room, self.settings.startup_trials - finished) - waiting)):
+        for _ in range(max(0, room - waiting)):  # TPE samples at random until enough finish
             self._enqueue_random(study, space, problem, known)
 
     def _enqueue_random(self, study, space: Space, problem: Problem, known: dict) -> None:
