@@ -9,9 +9,12 @@
 `sample:N[:SEED]` (N grid shapes drawn with SEED, default 0), or `@file` (one shape per
 line). `--gpus N` starts one worker process per GPU (CUDA devices 0..N-1), all on the same
 studies: each starts at a different shape and helps with the others once its own are done.
-Each worker tunes `--concurrent` shapes at once (default 4) so that one shape's builds
-overlap another's measurements on the GPU. Candidates are timed with the kernel protocol
-only (`--protocols`, the reward's protocol); `gemmforge bench` times the winners with all.
+A worker measures `--batch` candidates of a shape together (default 16: their builds run
+in parallel) and may tune `--concurrent` shapes at once (default 1; more threads overlap
+one shape's builds with another's measurements, but contend for the Python interpreter and
+the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candidates per
+GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
+(`--protocols`, the reward's protocol); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
 (search.report) under benchmarks/results/. The studies open in optuna-dashboard:
 
@@ -337,8 +340,9 @@ def add_to(sub) -> None:
     t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")
-    t.add_argument("--batch", type=int, default=8, help="candidates measured together")
-    t.add_argument("--concurrent", type=int, default=4,
+    t.add_argument("--batch", type=int, default=16,
+                   help="candidates measured together (their builds run in parallel)")
+    t.add_argument("--concurrent", type=int, default=1,
                    help="shapes each worker tunes at once (their builds overlap the others' "
                         "measurements)")
     t.add_argument("--protocols", default="kernel",
