@@ -46,8 +46,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="sample:50:3")
     ap.add_argument("--name", default="triton_sample")
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
+    ap.add_argument("--graph-us", type=float, default=2000.0,
+                    help="length of one timed CUDA graph of back-to-back launches")
     args = ap.parse_args()
-    settings = BenchSettings(protocols=("kernel", "call"), rounds=5, call_repeats=5)
+    settings = BenchSettings(protocols=("kernel", "call"), rounds=args.rounds, call_repeats=5,
+                             graph_us=args.graph_us)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for problem in parse_shapes(args.shapes):
