@@ -157,8 +157,9 @@ def _plot(rows: list[dict], path: Path, n: int) -> None:
 
 def _runner(args):
     if args.gpu:
+        from search.records import BenchSettings
         from search.runners import HarnessRunner
-        return HarnessRunner(0)
+        return HarnessRunner(0, settings=BenchSettings(protocols=("kernel",)))
     from search.replay import ReplayRunner
     return ReplayRunner(None if args.replay == "synthetic" else args.replay,
                         archs=(args.arch,))

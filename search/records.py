@@ -75,7 +75,8 @@ class BenchSettings(_Record):
     max_graph_launches) with t1 the calibrated time per launch (the warm-up's average), and
     nc the same with t1 + the time of one L2 flush:
       correctness gate ..... 1, plus 1 for the {0,1} check when exact_check and k <= 2048
-      calibration .......... 1 (timed alone), then `warmup` back to back (timed together)
+      calibration .......... 1 (timed alone; up to 2 more alone if it is over the slow
+                             cut-off below), then `warmup` back to back (timed together)
       kernel ("kernel") .... (rounds + 1) x n: one CUDA graph of n launches, replayed once
                              untimed, then once per round (L2 warm: the same buffers)
       cold ("cold") ........ (rounds + 1) x nc: a graph of nc (L2 flush, launch) pairs; a graph
@@ -87,7 +88,7 @@ class BenchSettings(_Record):
       re-validation ........ 1 (after all timing, into a NaN-filled output, fresh inputs)
     cuBLAS NN and TN are launched as often in calibration, kernel, cold and call (their own
     n and nc); in server mode only the faster of the two (by kernel time) is called.
-    If the candidate's single calibration launch takes longer than slow_cutoff x cuBLAS's
+    If the candidate's fastest calibration launch takes longer than slow_cutoff x cuBLAS's
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
     kernel_us is that one launch, and the Result is flagged "slow".
 

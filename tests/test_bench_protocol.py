@@ -139,7 +139,19 @@ def test_slow_candidate_is_cut_short(simulate):
     req, r = _run(sim)
     assert r.ok and r.kernel_us == pytest.approx(1000.0) and r.cublas_us == pytest.approx(TN_US)
     assert r.call_us is None and r.flags[0].startswith("slow")
-    assert sim.launches == 2 + 1 + 1  # gate (normal + exact), one calibration launch, re-check
+    # gate (normal + exact), one calibration launch and two confirming it, re-check
+    assert sim.launches == 2 + 1 + bench.SLOW_CONFIRMATIONS + 1
+
+
+def test_a_one_off_stall_is_not_taken_for_a_slow_kernel(simulate, monkeypatch):
+    """The first calibration launch stalls (as on an idle GPU): timed again, it is fast,
+    and the kernel gets the full protocol."""
+    sim = simulate(candidate_us=5.0)
+    times = iter([5.0, 5.0, 1000.0])  # gate, exact check, then a stalled calibration launch
+    monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, a, b, out: sim.gemm(
+        next(times, 5.0), lambda: sim.kernel_fn(a, b, out), True))
+    _, r = _run(sim, protocols=("kernel",))
+    assert r.ok and r.kernel_us == pytest.approx(5.0) and r.flags == ()
 
 
 def test_impossible_speed_is_flagged(simulate):
