@@ -14,11 +14,12 @@ a device-wide synchronize. Median over `--rounds`, in µs:
   launch           kernel.launch(raw pointers)   (no checks, no allocation)
   sync             torch.cuda.synchronize() alone
 
-and the kernel time of each (CUDA events around 200 back-to-back launches, warm L2), so
-"call - kernel" is the host overhead search.bench reports. Reading the table: call - launch
-is gemmforge's Python; launch - kernel against torch out= - its kernel is the launch path
-and the kernel's own start-up (Triton's launcher and argument packing, TMA descriptors)
-against cuBLAS's.
+and "kernel" / "torch kernel": CUDA events around 200 launches issued back to back from
+Python. For kernels shorter than a launch's host time (all the small shapes here) that
+measures the host's launch rate, not the GPU, so compare the call columns with each other:
+call vs torch is what search.bench's call protocol compares; call out= vs torch out=
+leaves out the output allocation; call out= vs launch is gemmforge's Python (launch asks
+torch for the current stream, itself a few µs).
 """
 from __future__ import annotations
 
