@@ -1,0 +1,77 @@
+"""Issue 3's repeatability: one program timed twice in one run, under several settings.
+
+    python3 benchmarks/repeatability.py [--shapes sample:24:5] [--json PATH]
+
+Per shape, the first program of triton_sample.SWEEP that verify accepts is measured twice
+in one batch (search.env.evaluate, kernel protocol, cuBLAS interleaved), once per setting
+below. The spread of a pair is |t1 - t2| / mean, for the kernel time and for its ratio to
+the interleaved cuBLAS (which cancels clock drift common to both). Printed per setting:
+median and max over shapes, and the worst shape.
+
+Settings (BenchSettings): rounds x graph length, statistic:
+  5 x 2 ms median     the default (what triton_sample and the tuner use)
+  10 x 10 ms median   longer and more windows
+  10 x 10 ms min      the fastest window instead of the median
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ir import check, parse  # noqa: E402
+from search.commands import parse_shapes  # noqa: E402
+from search.env import evaluate  # noqa: E402
+from search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from search.records import BenchSettings  # noqa: E402
+from triton_sample import SWEEP  # noqa: E402
+
+SETTINGS = {
+    "5 x 2 ms median": BenchSettings(protocols=("kernel",), rounds=5, graph_us=2000),
+    "10 x 10 ms median": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000),
+    "10 x 10 ms min": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000,
+                                    statistic="min"),
+}
+
+
+def spread(a: float, b: float) -> float:
+    return abs(a - b) / ((a + b) / 2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="sample:24:5")
+    ap.add_argument("--json", type=Path, help="also write every pair here")
+    args = ap.parse_args()
+    pairs: dict[str, list] = {name: [] for name in SETTINGS}
+    with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
+        for problem in parse_shapes(args.shapes):
+            program = next(p for p in map(parse, SWEEP) if check(p, problem) is None)
+            for name, settings in SETTINGS.items():
+                r1, r2 = evaluate([program, program], problem, device_runner=runner,
+                                  builders=builders, settings=settings)
+                if r1.ok and r2.ok:
+                    pairs[name].append((str(problem), r1.kernel_us, r2.kernel_us,
+                                        r1.speedup, r2.speedup))
+    for name, rows in pairs.items():
+        if not rows:
+            print(f"{name}: no pair measured")
+            continue
+        kernel = [spread(r[1], r[2]) for r in rows]
+        ratio = [spread(r[3], r[4]) for r in rows]
+        worst = rows[max(range(len(rows)), key=ratio.__getitem__)]
+        print(f"{name:18s} over {len(rows)} shapes: kernel time median "
+              f"{100 * statistics.median(kernel):.2f}% max {100 * max(kernel):.2f}%; ratio to "
+              f"cuBLAS median {100 * statistics.median(ratio):.2f}% max {100 * max(ratio):.2f}% "
+              f"({worst[0]}, {worst[1]:.1f} us)")
+    if args.json:
+        args.json.write_text(json.dumps(pairs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
