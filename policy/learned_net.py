@@ -182,12 +182,14 @@ class ProgramModel(nn.Module):
         state, shape, vals = self._start(problems, arch)
         chosen: list[dict] = [{} for _ in problems]
         picks, total, entropy = [], torch.zeros(len(problems)), torch.zeros(len(problems))
+        backend_logp = total
         for step, name in enumerate(STEPS):
             logp = self._logp(step, state, problems, arch, chosen)
             choice = forced[:, step] if forced is not None else torch.multinomial(
                 logp.exp(), 1, generator=generator)[:, 0]
             taken = logp.gather(1, choice[:, None])[:, 0]
-            backend_logp = taken if step == 0 else backend_logp
+            if step == 0:
+                backend_logp = taken
             total = total + taken
             entropy = entropy - (logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1) / len(STEPS)
             for c, i in zip(chosen, choice.tolist()):

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import sqlite3
+import threading
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from ir.program import Problem
@@ -115,6 +117,36 @@ def _storage_class():
 
 def _HeartbeatStorage(*args, **kwargs):
     return _storage_class()(*args, **kwargs)
+
+
+def trial_id(trial) -> int:
+    return trial._trial_id  # optuna's own code passes this to storage calls
+
+
+@contextmanager
+def heartbeat(storage, trials: list, interval_s: float):
+    """Record a heartbeat for `trials` now and every `interval_s` until the block ends."""
+    if not hasattr(storage, "record_heartbeat"):
+        yield
+        return
+    stop = threading.Event()
+
+    def beat():
+        while True:
+            for t in trials:
+                try:
+                    storage.record_heartbeat(trial_id(t))
+                except Exception:  # a transient storage error must not kill the run
+                    pass
+            if stop.wait(interval_s):
+                return
+    thread = threading.Thread(target=beat, daemon=True, name="gemmforge-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def fail_stale_trials(study) -> None:

@@ -31,7 +31,6 @@ import random
 import threading
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -40,7 +39,8 @@ from ir.space import Space
 from search.env import WORST_REWARD, reward
 from search.records import Result
 from search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
-from search.studies import fail_stale_trials, make_sampler, open_storage, study_name
+from search.studies import (fail_stale_trials, heartbeat, make_sampler, open_storage,
+                             study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
 
@@ -114,36 +114,6 @@ class _Serialized:
     def observe(self, *args, **kwargs):
         with self._lock:
             return self.inner.observe(*args, **kwargs)
-
-
-def _trial_id(trial) -> int:
-    return trial._trial_id  # optuna's own code passes this to storage calls
-
-
-@contextmanager
-def _heartbeat(storage, trials: list, interval_s: float):
-    """Record a heartbeat for `trials` now and every `interval_s` until the block ends."""
-    if not hasattr(storage, "record_heartbeat"):
-        yield
-        return
-    stop = threading.Event()
-
-    def beat():
-        while True:
-            for t in trials:
-                try:
-                    storage.record_heartbeat(_trial_id(t))
-                except Exception:  # a transient storage error must not kill the run
-                    pass
-            if stop.wait(interval_s):
-                return
-    thread = threading.Thread(target=beat, daemon=True, name="gemmforge-heartbeat")
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _measured(trials) -> list:
@@ -290,7 +260,7 @@ class Tuner:
                 warnings.filterwarnings("ignore", message="Heartbeat of storage")
                 trial = study.ask()
             if hasattr(self.storage, "record_heartbeat"):  # so a killed run's asks go stale
-                self.storage.record_heartbeat(_trial_id(trial))
+                self.storage.record_heartbeat(trial_id(trial))
             program = space.suggest(trial)
             text, source = str(program), trial.user_attrs.get("source", "sampler")
             # mark it a candidate at once, before verify: other workers settle duplicates
@@ -377,7 +347,7 @@ class Tuner:
         told: set[int] = set()
         try:
             start = time.monotonic()
-            with _heartbeat(self.storage, trials, self.settings.heartbeat_s):
+            with heartbeat(self.storage, trials, self.settings.heartbeat_s):
                 results = self.runner.evaluate([p for _, p, _ in batch], problem)
             told_at = time.monotonic()
             cost = (told_at - start) / len(batch)
