@@ -291,9 +291,12 @@ class Tuner:
         all asks): "duplicate" if an earlier one has the same program, "surplus" if earlier
         ones fill the trial budget (both told at once), else "ok"."""
         from optuna.trial import TrialState
+        # an earlier RUNNING trial counts even before its worker has marked it a candidate
+        # (asked, not yet verified): counting it may make this one surplus for now, which
+        # the next batch makes good; not counting it can overspend the budget for good
         earlier = [t for t in study.get_trials(deepcopy=False)
-                   if t.number < trial.number and t.user_attrs.get("candidate")
-                   and (t.state == TrialState.RUNNING or t.user_attrs.get("measured"))]
+                   if t.number < trial.number and (t.state == TrialState.RUNNING or (
+                       t.user_attrs.get("candidate") and t.user_attrs.get("measured")))]
         same = [t for t in earlier if t.user_attrs.get("program") == text]
         if same:
             self._reject(study, trial, None, same[0].value)
