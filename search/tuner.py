@@ -45,7 +45,6 @@ from search.studies import (fail_stale_trials, heartbeat, make_sampler, open_sto
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
 
 
-
 @dataclass(frozen=True)
 class Budget:
     """Per problem, over the whole study: measured candidates, and seconds of measurement
