@@ -140,9 +140,18 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
         start = index * len(problems) // max(1, job.get("workers", 1))
         order = problems[start:] + problems[:start]
         outcomes = tuner.tune_all(order, job.get("concurrent", 1))
+        _keep_learning(policy, job, index)
         return [_outcome_dict(o, runner.device) for o in outcomes]
     finally:
         runner.close()
+
+
+def _keep_learning(policy, job: dict, index: int) -> None:
+    """Worker 0 saves a learned policy after tuning, with what it observed (its updates
+    every `update_every` results), where the next `--policy learned` run loads it."""
+    from policy.learned import LearnedPolicy, default_checkpoint
+    if index == 0 and isinstance(policy, LearnedPolicy) and job.get("storage") != ":memory:":
+        policy.save(Path(job["checkpoint"]) if job.get("checkpoint") else default_checkpoint())
 
 
 def _outcome_dict(o, device: str) -> dict:
@@ -331,7 +340,9 @@ def add_to(sub) -> None:
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
     t.add_argument("--seconds", type=float, help="measurement seconds per shape (optional)")
     t.add_argument("--policy", default="heuristic", choices=POLICIES)
-    t.add_argument("--checkpoint", help="learned policy checkpoint (default: user cache)")
+    t.add_argument("--checkpoint", help="learned policy checkpoint, loaded at the start and "
+                                        "saved with what it learned at the end (default: "
+                                        "user cache; gemmforge train-policy writes it)")
     t.add_argument("--llm-url", help="--policy llm: an OpenAI-compatible server (vllm serve)")
     t.add_argument("--llm-model", help="--policy llm: served model name, or a local model "
                                        "directory for vLLM's offline engine")
@@ -356,6 +367,8 @@ def add_to(sub) -> None:
     t.add_argument("--report-dir", help="folder for the report (default benchmarks/results)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=cmd_tune, argv=None)
+    from search import train_cli
+    train_cli.add_to(sub)
     try:
         from search import bench_cli
     except ImportError:

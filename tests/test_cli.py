@@ -112,3 +112,33 @@ def test_tune_replayed_with_concurrent_shapes(capsys, tmp_path):
                        "--report-dir", str(tmp_path), "--report", "t")
     assert code == 0
     assert "12 candidates measured" in out and (tmp_path / "t.csv").exists()
+
+
+def test_train_policy_then_tune_with_it(capsys, tmp_path):
+    """train-policy writes a checkpoint tune --policy learned loads, and tune saves back
+    what it learned."""
+    ckpt = tmp_path / "policy.pt"
+    code, out, _ = run(capsys, "train-policy", "--shapes", "sample:4:0", "--steps", "2",
+                       "--backends", "triton", "--replay", "synthetic",
+                       "--checkpoint", str(ckpt))
+    assert code == 0 and f"wrote {ckpt}" in out and ckpt.exists()
+    from policy.learned import LearnedPolicy
+    assert LearnedPolicy.load(ckpt).vocab.variants
+    before = ckpt.stat().st_mtime_ns
+    code, out, _ = run(capsys, "tune", "--shapes", "64x128x256", "--budget", "4", "--quiet",
+                       "--policy", "learned", "--checkpoint", str(ckpt), "--backends",
+                       "triton", "--replay", "synthetic", "--report", "",
+                       "--storage", f"sqlite:///{tmp_path / 's.db'}")
+    assert code == 0 and "4 candidates measured" in out
+    assert ckpt.stat().st_mtime_ns > before
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--steps", "0"], "--steps: 0 must be >= 1"),
+    (["--backends", "nope"], "--backends: "),
+    (["--arch", "sm_70"], "--arch"),
+])
+def test_train_policy_rejects_bad_input(capsys, tmp_path, args, said):
+    code, _, err = run(capsys, "train-policy", "--shapes", "64x64x64", "--replay", "synthetic",
+                       "--checkpoint", str(tmp_path / "p.pt"), *args)
+    assert code == 2 and said in err and not (tmp_path / "p.pt").exists()
