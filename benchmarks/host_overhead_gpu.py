@@ -12,6 +12,9 @@ a device-wide synchronize. Median over `--rounds`, in µs:
   call             kernel(a, b)                  (Kernel.__call__: checks, output, launch)
   call out=        kernel(a, b, out=c)
   launch           kernel.launch(raw pointers)   (no checks, no allocation)
+  graph            one launch captured in a CUDA graph, replayed (no host launch path:
+                   TMA descriptors were encoded once, at capture)
+  torch graph      torch.matmul(a, b, out=c) captured the same way
   sync             torch.cuda.synchronize() alone
 
 and "kernel" / "torch kernel": CUDA events around 200 launches issued back to back from
@@ -67,6 +70,18 @@ def call_sync_us(fn, refill) -> float:
     return (time.perf_counter_ns() - t0) / 1e3
 
 
+def captured(fn):
+    """A CUDA graph holding one call of `fn` (captured on a side stream, after a warm call)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 def measure(shape: str, text: str, rounds: int) -> dict[str, float]:
     problem = parse_problem(shape)
     kern = compile_and_load(parse(text), problem)
@@ -81,10 +96,12 @@ def measure(shape: str, text: str, rounds: int) -> dict[str, float]:
     def launch():
         kern.launch(*ptrs, torch.cuda.current_stream().cuda_stream)
 
+    graph, torch_graph = captured(launch), captured(lambda: torch.matmul(a, b, out=c))
     contenders = {
         "torch": lambda: torch.matmul(a, b), "torch out=": lambda: torch.matmul(a, b, out=c),
         "call": lambda: kern(a, b), "call out=": lambda: kern(a, b, out=c),
-        "launch": launch, "sync": lambda: None}
+        "launch": launch, "graph": graph.replay, "torch graph": torch_graph.replay,
+        "sync": lambda: None}
 
     def refill():
         a.normal_()
@@ -105,12 +122,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--json", type=Path, help="also write every row here")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of MxNxK")
     args = ap.parse_args()
     rows = {}
-    cols = ("sync", "torch", "torch out=", "call", "call out=", "launch", "kernel",
-            "torch kernel")
+    cols = ("sync", "torch", "torch out=", "call", "call out=", "launch", "graph",
+            "torch graph", "kernel", "torch kernel")
     print(f"{'shape':>14} {'program':>28} " + " ".join(f"{c:>12}" for c in cols), flush=True)
-    for shape in SHAPES:
+    for shape in args.shapes.split(","):
         for text in PROGRAMS:
             row = measure(shape, text, args.rounds)
             rows[f"{shape} | {text}"] = row
@@ -120,6 +138,9 @@ def main() -> int:
     over = {name: statistics.median(r[name] - (r["torch kernel"] if "torch" in name
                                                else r["kernel"]) for r in rows.values())
             for name in ("torch", "torch out=", "call", "call out=", "launch")}
+    print("median over rows of (call + sync), µs: " + ", ".join(
+        f"{k} {statistics.median(r[k] for r in rows.values()):.1f}"
+        for k in ("torch out=", "call out=", "launch", "graph", "torch graph")))
     print("median over rows of (call + sync - kernel), µs: "
           + ", ".join(f"{k} {v:.1f}" for k, v in over.items()))
     if args.json:
