@@ -20,8 +20,10 @@ whose runner was read (DIRECT_RUN_RELEASES), the CompiledKernel's public runner
 calls the hooks. Each _Step holds its CompiledKernel: from 3.9 on, dropping it unloads the
 module its function handle points into. Pointers go in as plain ints, which Triton's
 launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny pointer
-shim, which Triton encodes into a CUtensorMap at every launch (its launcher takes no
-pre-encoded one). A variant per alignment class of (n, k, m * n) is compiled on first use.
+shim, which Triton's launcher encodes into a CUtensorMap; on the direct path
+`install_descriptor_cache` makes it reuse the encoding while the buffer repeats (it would
+otherwise encode every descriptor on every launch). A variant per alignment class of
+(n, k, m * n) is compiled on first use.
 """
 from __future__ import annotations
 
@@ -117,6 +119,8 @@ class TritonKernel(Kernel):
         direct = knobs().triton_direct_launch and triton.__version__.startswith(
             DIRECT_RUN_RELEASES)
         self._knobs = triton.knobs.runtime if direct else None
+        if direct and self.plan.descriptors:
+            install_descriptor_cache()
         self._variants: dict[tuple[str, ...], list[_Step]] = {}
         self._prepared: dict[tuple[int, int, int], _Prepared] = {}
         self._steps(tuple(meta["aligned"]))  # the built variant: fail at load, not launch
@@ -254,6 +258,49 @@ def make_descriptor(name: str, base, rows: int, cols: int, block):
         raise ValueError(f"TMA needs rows of a multiple of {TMA_ROW_ALIGN_HALFS} halves; "
                          f"{name} is {rows} x {cols} (use epilogue direct)")
     return TensorDescriptor(base, [rows, cols], [cols, 1], list(block))
+
+
+def install_descriptor_cache() -> bool:
+    """Make Triton's launcher reuse the CUtensorMap it encodes for a host TensorDescriptor
+    while the descriptor's address, shape, strides and kernel metadata repeat, instead of
+    encoding it on every launch (three cuTensorMapEncodeTiled calls per TMA GEMM launch,
+    ~16 µs a call on an H100, benchmarks/NOTES.md). The encoding depends on nothing else,
+    so a launch gets the same bytes either way, for Triton kernels outside gemmforge too.
+    Installed once, where the Triton release builds its launchers through a module-level
+    `make_tensordesc_arg(arg, metadata, ...)` (as 3.9 does); returns whether it is in
+    place. Launchers made before it was installed keep encoding."""
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return False
+    current = getattr(driver, "make_tensordesc_arg", None)
+    code = getattr(getattr(driver, "wrap_handle_tensordesc", None), "__code__", None)
+    if current is None or code is None or "make_tensordesc_arg" not in code.co_names:
+        return False
+    if getattr(current, "gemmforge_cached", False):
+        return True
+    driver.make_tensordesc_arg = _cached_encoding(current)
+    return True
+
+
+def _cached_encoding(encode, size: int = 256):
+    """`encode` (Triton's make_tensordesc_arg) memoised on everything it reads."""
+    cache: dict = {}
+
+    def cached(arg, metadata, *rest):
+        if metadata is None:
+            return encode(arg, metadata, *rest)
+        key = (id(metadata), arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides),
+               getattr(arg, "padding", None), getattr(arg, "round_f32_to_tf32", None),
+               getattr(arg, "block_shape", None) and tuple(arg.block_shape))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not metadata:
+            if len(cache) >= size:
+                cache.pop(next(iter(cache)))
+            hit = cache[key] = (metadata, encode(arg, metadata, *rest))
+        return list(hit[1])
+    cached.gemmforge_cached = True
+    return cached
 
 
 def _arch_of(artifact: Artifact):
