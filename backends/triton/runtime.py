@@ -20,9 +20,9 @@ whose runner was read (DIRECT_RUN_RELEASES), the CompiledKernel's public runner
 calls the hooks. Each _Step holds its CompiledKernel: from 3.9 on, dropping it unloads the
 module its function handle points into. Pointers go in as plain ints, which Triton's
 launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny pointer
-shim, which Triton's launcher encodes into a CUtensorMap; on the direct path
-`install_descriptor_cache` makes it reuse the encoding while the buffer repeats (it would
-otherwise encode every descriptor on every launch). A variant per alignment class of
+shim, which Triton's launcher encodes into a CUtensorMap on every launch; with
+GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1 (opt-in: no GPU run has checked it yet) on the direct
+path, `install_descriptor_cache` makes it reuse the encoding while the buffer repeats. A variant per alignment class of
 (n, k, m * n) is compiled on first use.
 """
 from __future__ import annotations
@@ -119,8 +119,8 @@ class TritonKernel(Kernel):
         direct = knobs().triton_direct_launch and triton.__version__.startswith(
             DIRECT_RUN_RELEASES)
         self._knobs = triton.knobs.runtime if direct else None
-        if direct and self.plan.descriptors:
-            install_descriptor_cache()
+        if direct and self.plan.descriptors and knobs().triton_descriptor_cache:
+            install_descriptor_cache()  # opt-in until a GPU run has checked it
         self._variants: dict[tuple[str, ...], list[_Step]] = {}
         self._prepared: dict[tuple[int, int, int], _Prepared] = {}
         self._steps(tuple(meta["aligned"]))  # the built variant: fail at load, not launch
