@@ -368,9 +368,9 @@ class Tuner:
 
     def _tell(self, study, problem, trial, program, source, result, cost, best, measured):
         value = reward(result)
-        current = trial.user_attrs  # (a copy: read it once)
+        current = trial.user_attrs  # a copy: read once; source is usually set already
         for key, attr in _result_attrs(result, source, cost, self.worker).items():
-            if current.get(key, self) != attr:  # source is usually set already
+            if current.get(key, self) != attr:
                 trial.set_user_attr(key, attr)
         study.tell(trial, value)
         self._observed.add((study.study_name, trial.number))

@@ -16,7 +16,7 @@ from compiler import pipeline
 from compiler.artifacts import ArtifactCache
 from ir import Problem, check, parse
 from ir.program import Epilogue
-from tests.gpu.correctness import operands, relative_error, tolerance
+from tests.gpu.correctness import assert_matches_reference, operands, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -61,17 +61,10 @@ def legal_program(text: str, problem: Problem):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("text", PROGRAMS)
 def test_matches_fp32_reference(cache, text, shape, layout, acc):
-    import torch
     m, n, k = shape
     problem = Problem(m, n, k, layout, acc)
     kernel = pipeline.compile_and_load(legal_program(text, problem), problem, cache=cache)
-    a, b, b_arg = operands(m, n, k, layout)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernel(a, b_arg, out=out)
-    torch.cuda.synchronize()
-    assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-    err = relative_error(out, a.float() @ b.float())
-    assert err < tolerance(k, acc), f"relative error {err:.2e}"
+    assert_matches_reference(kernel, m, n, k, layout, acc)
 
 
 @pytest.mark.parametrize("text", PROGRAMS)
