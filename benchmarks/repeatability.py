@@ -8,10 +8,12 @@ below. The spread of a pair is |t1 - t2| / mean, for the kernel time and for its
 the interleaved cuBLAS (which cancels clock drift common to both). Printed per setting:
 median and max over shapes, and the worst shape.
 
-Settings (BenchSettings): rounds x graph length, statistic:
-  5 x 2 ms median     the default (what triton_sample and the tuner use)
-  10 x 10 ms median   longer and more windows
-  10 x 10 ms min      the fastest window instead of the median
+Settings (BenchSettings): rounds x graph length, statistic, memory:
+  5 x 2 ms median               the default (what triton_sample and the tuner use)
+  10 x 10 ms median             longer and more windows
+  10 x 10 ms median, fresh      each request on newly allocated buffers (reuse_operands
+                                off: how requests were timed before the worker's pool)
+  10 x 10 ms min                the fastest window instead of the median
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ from triton_sample import SWEEP  # noqa: E402
 SETTINGS = {
     "5 x 2 ms median": BenchSettings(protocols=("kernel",), rounds=5, graph_us=2000),
     "10 x 10 ms median": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000),
+    "10 x 10 ms median, fresh": BenchSettings(protocols=("kernel",), rounds=10,
+                                              graph_us=10000, reuse_operands=False),
     "10 x 10 ms min": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000,
                                     statistic="min"),
 }
@@ -64,7 +68,7 @@ def main() -> int:
         kernel = [spread(r[1], r[2]) for r in rows]
         ratio = [spread(r[3], r[4]) for r in rows]
         worst = rows[max(range(len(rows)), key=ratio.__getitem__)]
-        print(f"{name:18s} over {len(rows)} shapes: kernel time median "
+        print(f"{name:26s} over {len(rows)} shapes: kernel time median "
               f"{100 * statistics.median(kernel):.2f}% max {100 * max(kernel):.2f}%; ratio to "
               f"cuBLAS median {100 * statistics.median(ratio):.2f}% max {100 * max(ratio):.2f}% "
               f"({worst[0]}, {worst[1]:.1f} us)")

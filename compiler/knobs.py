@@ -32,6 +32,7 @@ class Knobs:
     build_timeout_s: float  # GEMMFORGE_BUILD_TIMEOUT: seconds one build may take
     nvcc_threads: int     # GEMMFORGE_NVCC_THREADS: nvcc --threads
     triton_direct_launch: bool  # GEMMFORGE_TRITON_DIRECT_LAUNCH=0: through Triton's runner
+    triton_raw_launch: bool  # GEMMFORGE_TRITON_RAW_LAUNCH=0: through compiled.run
     triton_descriptor_cache: bool  # GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1: reuse TMA encodings
     tune_db: str | None   # GEMMFORGE_TUNE_DB: SQLAlchemy URL of studies + tuned database
     cutlass_dir: Path | None  # GEMMFORGE_CUTLASS_DIR: CUTLASS headers (default: the nvidia-cutlass wheel's)
@@ -46,6 +47,7 @@ def knobs() -> Knobs:
         build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "900")),
         nvcc_threads=int(os.environ.get("GEMMFORGE_NVCC_THREADS", "1")),
         triton_direct_launch=os.environ.get("GEMMFORGE_TRITON_DIRECT_LAUNCH", "1") != "0",
+        triton_raw_launch=os.environ.get("GEMMFORGE_TRITON_RAW_LAUNCH", "1") != "0",
         triton_descriptor_cache=os.environ.get("GEMMFORGE_TRITON_DESCRIPTOR_CACHE", "0") == "1",
         tune_db=os.environ.get("GEMMFORGE_TUNE_DB") or None,
         cutlass_dir=_optional_path("GEMMFORGE_CUTLASS_DIR"),

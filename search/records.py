@@ -92,6 +92,11 @@ class BenchSettings(_Record):
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
     kernel_us is that one launch, and the Result is flagged "slow".
 
+    Memory: with reuse_operands (the default) a worker keeps the operand and output tensors
+    of its recent problems (search.bench.OperandPool) and draws fresh values into them for
+    each request, so every request for a problem is timed on the same memory; without it
+    each request allocates its own.
+
     L2: "kernel" keeps L2 warm; "cold" writes a buffer of l2_flush_factor x the L2 size
     before every launch. Statistic: the median (or minimum) over rounds of each contender's
     per-launch time; cuBLAS's figure is the better of NN and TN. A device-wide synchronize
@@ -112,6 +117,7 @@ class BenchSettings(_Record):
     exact_check: bool = True
     slow_cutoff: float = 20.0
     timeout_s: float = 120.0
+    reuse_operands: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "protocols", tuple(self.protocols))

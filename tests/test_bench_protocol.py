@@ -167,3 +167,42 @@ def test_wrong_kernel_raises_gate_failure(simulate):
     sim = simulate(candidate_us=5.0, kernel_fn=off_by_one)
     with pytest.raises(gate.GateFailure, match="exact"):
         _run(sim)
+
+
+def test_requests_for_a_problem_share_memory_with_fresh_values(simulate, monkeypatch):
+    """reuse_operands: the second request for a problem times on the first one's tensors
+    (the same addresses), with values drawn afresh from its own seed; without it, new
+    tensors. Each request's values still pass the gate."""
+    pool = bench.OperandPool()
+    monkeypatch.setattr(bench, "_POOL", pool)
+    sim = simulate(candidate_us=5.0)
+    seen, time_all = [], bench._time_all
+
+    def timed(bufs, *args):
+        seen.append((bufs.a.data_ptr(), bufs.b.data_ptr(), bufs.c.data_ptr(),
+                     bufs.a[0, :4].tolist()))
+        return time_all(bufs, *args)
+    monkeypatch.setattr(bench, "_time_all", timed)
+
+    def request(seed: int, reuse: bool = True):
+        s = BenchSettings(rounds=1, warmup=0, protocols=("kernel",), min_graph_launches=1,
+                          max_graph_launches=1, reuse_operands=reuse)
+        req = MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", s, seed=seed)
+        art = ArtifactRecord("key", "fake", "/nonexistent", SIMT, "nn", "f32")
+        assert bench.run_request(req, art, load=lambda a: FakeKernel(sim, "nn")).ok
+        return seen[-1]
+
+    first, second = request(5), request(6)
+    assert first[:3] == second[:3] and first[3] != second[3]
+    assert len(pool.kept) == 1
+    assert request(7, reuse=False)[:3] != first[:3]
+
+
+def test_operand_pool_keeps_recent_problems_within_its_limit():
+    from ir import Problem
+    pool = bench.OperandPool(limit=2 * 5 * 72 * 64 * 2, device="cpu")  # two problems' worth
+    first = {m: pool.take(Problem(m, 64, 64))["a"] for m in (64, 64 + 8, 64 + 16)}
+    assert [key[0] for key in pool.kept] == [64 + 8, 64 + 16]  # the 64-row problem's went
+    assert pool.take(Problem(64 + 16, 64, 64))["a"] is first[64 + 16]
+    pool.take(Problem(4096, 4096, 64))  # alone over the limit: kept, the rest go
+    assert list(pool.kept) == [(4096, 4096, 64, "nn")]

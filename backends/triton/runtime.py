@@ -37,11 +37,12 @@ from backends.triton.plan import (
     ALIGN_HINT, DESCRIPTOR_BASES, PER_CALL_ARGS, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
     aligned_params,
 )
+from backends.triton.launcher import raw_launcher
 from compiler.knobs import knobs
 from compiler.runtime import Kernel, loader
 
 PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
-DESCRIPTORS_KEPT = 24  # TMA descriptors a prepared size keeps (over recurring buffers)
+DESCRIPTORS_KEPT = 24  # TMA descriptors (and C launcher argument sets) a prepared size keeps
 # Triton releases whose CompiledKernel runner was read: it launches with
 # `compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata,
 # launch_metadata, enter_hook, exit_hook, *args)`, the call JITFunction.run makes too.
@@ -73,10 +74,10 @@ class _Launch:
     """One kernel of the plan at one problem size: grid, runner and launcher, and `args`,
     a function from the per-call tuple (plan.PER_CALL_ARGS order) to its arguments."""
 
-    __slots__ = ("grid", "runner", "run", "function", "metadata", "args")
+    __slots__ = ("grid", "runner", "run", "function", "metadata", "args", "raw")
 
-    def __init__(self, compiled, grid: int, args: Callable[[tuple], tuple]):
-        self.grid, self.args = grid, args
+    def __init__(self, compiled, grid: int, args: Callable[[tuple], tuple], raw=None):
+        self.grid, self.args, self.raw = grid, args, raw
         self.runner = compiled[(grid, 1, 1)]
         self.run = compiled.run
         self.function = getattr(compiled, "function", None)
@@ -87,14 +88,17 @@ class _Prepared:
     """What every launch at one problem size shares. `descriptors` is None for a plan
     without TMA, else the specs of TritonKernel._descriptor_specs; `last` is the latest
     ((a, b, c) addresses, descriptors) and `kept` the descriptors built at this size, by
-    (name, address)."""
+    (name, address). `raw` is True when every kernel has a RawLauncher; `expanded` then maps
+    (a, b, c, workspace) addresses to per kernel its C launcher's arguments."""
 
-    __slots__ = ("need", "launches", "descriptors", "last", "kept")
+    __slots__ = ("need", "launches", "descriptors", "last", "kept", "raw", "expanded")
 
     def __init__(self, need: int, launches: tuple, descriptors: tuple | None):
         self.need, self.launches, self.descriptors = need, launches, descriptors
         self.last: tuple = (None, ())
         self.kept: dict = {}
+        self.raw = all(step.raw is not None for step in launches)
+        self.expanded: dict = {}
 
 
 class TritonKernel(Kernel):
@@ -119,6 +123,9 @@ class TritonKernel(Kernel):
         direct = knobs().triton_direct_launch and triton.__version__.startswith(
             DIRECT_RUN_RELEASES)
         self._knobs = triton.knobs.runtime if direct else None
+        # launch through Triton's C launcher where its release was read (launcher.py);
+        # GEMMFORGE_TRITON_RAW_LAUNCH=0 keeps compiled.run
+        self._raw = direct and knobs().triton_raw_launch
         if direct and self.plan.descriptors and knobs().triton_descriptor_cache:
             install_descriptor_cache()  # opt-in until a GPU run has checked it
         self._variants: dict[tuple[str, ...], list[_Step]] = {}
@@ -147,16 +154,34 @@ class TritonKernel(Kernel):
             raise ValueError(f"{self.artifact.program_text}: needs a workspace of "
                              f"{prepared.need} B at {m}x{n}x{k}, got {workspace_bytes} B")
         live = (a_ptr, b_ptr, c_ptr, ws_ptr)
+        stream = stream or 0
+        direct = self._knobs is not None and _hooks_idle(self._knobs)
+        if direct and prepared.raw:
+            expanded = prepared.expanded.get(live) or self._expand(prepared, live)
+            for step, args in zip(prepared.launches, expanded):
+                step.raw(step.grid, stream, step.function, step.metadata, args)
+            return
         if prepared.descriptors is not None:
             live += self._descriptors(prepared, live)
-        stream = stream or 0
-        if self._knobs is not None and _hooks_idle(self._knobs):
+        if direct:
             for step in prepared.launches:
                 step.run(step.grid, 1, 1, stream, step.function, step.metadata, None, None,
                          None, *step.args(live))
         else:
             for step in prepared.launches:
                 step.runner(*step.args(live), stream=stream)
+
+    def _expand(self, prepared: _Prepared, live: tuple) -> tuple:
+        """Per kernel, its C launcher's arguments for the addresses in `live` (TMA
+        descriptors encoded), kept for buffer sets that come back."""
+        full = live
+        if prepared.descriptors is not None:
+            full += self._descriptors(prepared, live)
+        expanded = tuple(step.raw.expand(step.args(full)) for step in prepared.launches)
+        if len(prepared.expanded) >= DESCRIPTORS_KEPT:
+            prepared.expanded.pop(next(iter(prepared.expanded)), None)
+        prepared.expanded[live] = expanded
+        return expanded
 
     def _prepare(self, m: int, n: int, k: int) -> _Prepared:
         """What a launch at (m, n, k) needs that doesn't change between calls: the
@@ -167,7 +192,8 @@ class TritonKernel(Kernel):
         for step in self._steps(aligned_params(m, n, k)):
             grid = self.plan.grid(step.kernel, m, n, self._num_sms)
             template = step.kernel.launch_template({**sizes, "NUM_PROGRAMS": grid})
-            launches.append(_Launch(step.compiled, grid, fill_per_call(*template)))
+            launches.append(_Launch(step.compiled, grid, fill_per_call(*template),
+                                    raw_launcher(step.compiled) if self._raw else None))
         prepared = _Prepared(self.plan.workspace_bytes(m, n, k), tuple(launches),
                              self._descriptor_specs(sizes))
         if len(self._prepared) >= PREPARED_SHAPES:
