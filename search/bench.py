@@ -274,15 +274,16 @@ def _best_blas(settings, samples: dict[str, list[float]]) -> float:
     return min(_stat(settings, samples[n]) for n in ("cublas_nn", "cublas_tn") if n in samples)
 
 
-def _spreads(samples: dict[str, list[float]]) -> tuple[float, float]:
-    """(spread of the per-round speedup, spread of cuBLAS's per-round best time)."""
+def _per_round_speedups(samples: dict[str, list[float]]) -> tuple[list[float], list[float]]:
+    """(per round, cuBLAS's best time / the candidate's; per round, cuBLAS's best time)."""
     blas = [min(nn, tn) for nn, tn in zip(samples["cublas_nn"], samples["cublas_tn"])]
-    ratio = [b / c if c > 0 else math.inf for b, c in zip(blas, samples["candidate"])]
+    return [b / c if c > 0 else math.inf for b, c in zip(blas, samples["candidate"])], blas
 
-    def spread(xs):
-        mid = statistics.median(xs)
-        return (max(xs) - min(xs)) / mid if mid > 0 else math.inf
-    return spread(ratio), spread(blas)
+
+def _spread(xs: list[float]) -> float:
+    """(max - min) / median."""
+    mid = statistics.median(xs)
+    return (max(xs) - min(xs)) / mid if mid > 0 else math.inf
 
 
 def plausibility_flags(problem, device_name: str, times: dict[str, float | None]) -> list[str]:
@@ -346,10 +347,12 @@ def _time_all(bufs: _Buffers, settings: BenchSettings, seed: int) -> tuple[dict,
     stream = torch.cuda.current_stream()
     counts = {c.name: _count(settings, warm[c.name]) for c in cs}
     kernel = _kernel_protocol(cs, settings, counts, stream)
-    spread, blas_spread = _spreads(kernel)
+    speedups, blas_rounds = _per_round_speedups(kernel)
     out = {"kernel_us": _stat(settings, kernel["candidate"]),
-           "cublas_us": _best_blas(settings, kernel), "spread": spread,
-           "cublas_spread": blas_spread}
+           "cublas_us": _best_blas(settings, kernel), "spread": _spread(speedups),
+           "cublas_spread": _spread(blas_rounds)}
+    if settings.statistic == "median":  # each round's pair ran within one round's time
+        out["paired_speedup"] = statistics.median(speedups)
     if "cold" in settings.protocols:
         cold = _cold_protocol(cs, settings, warm, stream)
         out.update(cold_us=_stat(settings, cold["candidate"]),

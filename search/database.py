@@ -51,8 +51,8 @@ def _table(metadata):
 
 @dataclass(frozen=True)
 class Entry:
-    """One tuned row: times in µs, speedup = cublas_us / kernel_us (call_speedup likewise
-    for call times)."""
+    """One tuned row: times in µs; speedup is Result.speedup (the median per-round ratio
+    where measured), call_speedup = cublas_call_us / call_us."""
 
     device: str
     problem: Problem

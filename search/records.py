@@ -222,6 +222,10 @@ class Result(_Record):
     call_us / cublas_call_us: one Python call + synchronize, wall clock, fresh inputs.
     server_us / cublas_server_us: calls after random idle gaps.
     rel_err: relative Frobenius error of the gate (the larger of gate and re-validation).
+    paired_speedup: median over rounds of each round's cublas/kernel (statistic "median"
+    only). The candidate and cuBLAS of one round run within one round's time of each
+    other, so the pairs cancel clock drift that the ratio of the two medians keeps;
+    `speedup` is this where it was measured.
     spread: (max - min) / median over rounds of the per-round speedup cublas/kernel;
     cublas_spread: the same for cuBLAS's per-round time (drift of the GPU during the run).
     flags: remarks; one starting with IMPLAUSIBLE means a time beats the chip's limits.
@@ -249,6 +253,7 @@ class Result(_Record):
     rel_err: float | None = None
     spread: float | None = None
     cublas_spread: float | None = None
+    paired_speedup: float | None = None
     flags: tuple[str, ...] = ()
     build_s: float | None = None
     measure_s: float | None = None
@@ -288,7 +293,11 @@ class Result(_Record):
 
     @property
     def speedup(self) -> float | None:
-        """cublas_us / kernel_us (above 1: faster than cuBLAS), or None."""
+        """cuBLAS's time over the candidate's (above 1: faster than cuBLAS): the median
+        of the per-round ratios where measured (paired_speedup), else cublas_us /
+        kernel_us; None without both times."""
+        if self.paired_speedup is not None and self.kernel_us and self.cublas_us:
+            return self.paired_speedup
         return _ratio(self.cublas_us, self.kernel_us)
 
     @property

@@ -27,11 +27,12 @@ RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 COLUMNS = ("m", "n", "k", "layout", "acc", "device", "backend", "program", "status", "kind",
            "kernel_us", "cublas_us", "speedup", "cold_us", "cublas_cold_us", "call_us",
            "cublas_call_us", "call_speedup", "server_us", "cublas_server_us", "rel_err",
-           "spread", "cublas_spread", "flags", "key", "build_s", "measure_s", "message")
+           "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s", "measure_s",
+           "message")
 _INTS = ("m", "n", "k")
 _FLOATS = ("kernel_us", "cublas_us", "cold_us", "cublas_cold_us", "call_us", "cublas_call_us",
-           "server_us", "cublas_server_us", "rel_err", "spread", "cublas_spread", "build_s",
-           "measure_s")
+           "server_us", "cublas_server_us", "rel_err", "spread", "cublas_spread",
+           "paired_speedup", "build_s", "measure_s")
 FLAG_SEPARATOR = " | "
 
 

@@ -206,3 +206,21 @@ def test_operand_pool_keeps_recent_problems_within_its_limit():
     assert pool.take(Problem(64 + 16, 64, 64))["a"] is first[64 + 16]
     pool.take(Problem(4096, 4096, 64))  # alone over the limit: kept, the rest go
     assert list(pool.kept) == [(4096, 4096, 64, "nn")]
+
+
+def test_speedup_pairs_each_round_against_clock_drift(simulate, monkeypatch):
+    """The GPU's clock halves from round 3 on (every contender's time doubles), but for the
+    candidate only from round 4: its median stays at the fast clock while cuBLAS's does
+    not. Each round's pair reads 1.5x but one, so speedup does; the ratio of the medians
+    reads 3x."""
+    sim = simulate(candidate_us=5.0)
+    drift = [1.0, 1.0, 2.0, 2.0, 2.0]
+    planted = {"candidate": [4.0, 4.0, 4.0, 8.0, 8.0],
+               "cublas_nn": [7.0 * d for d in drift], "cublas_tn": [6.0 * d for d in drift]}
+    monkeypatch.setattr(bench, "_kernel_protocol", lambda *args: planted)
+    _, r = _run(sim, protocols=("kernel",))
+    assert r.paired_speedup == pytest.approx(1.5) and r.speedup == pytest.approx(1.5)
+    assert r.cublas_us / r.kernel_us == pytest.approx(3.0)
+    assert r.spread == pytest.approx((3.0 - 1.5) / 1.5)
+    _, r = _run(sim, protocols=("kernel",), statistic="min")  # minima: no pairing
+    assert r.paired_speedup is None and r.speedup == pytest.approx(6.0 / 4.0)
