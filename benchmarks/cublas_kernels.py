@@ -1,0 +1,134 @@
+"""Issue 4's "what limits it": which kernel cuBLAS picks per shape, and the clock and power
+the GPU holds while a large GEMM runs.
+
+    python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192]
+                                         [--sustain 8192x8192x8192] [--seconds 5]
+                                         [--program "cute_cpp sm_90a ..."]...
+
+Per shape: torch.matmul (B as K x N, and B stored N x K passed transposed: the NN and TN
+calls search.bench times) run under torch.profiler; printed is each call's CUDA kernel
+names and times (the name carries cuBLAS's tile, cluster and split-K choice, e.g.
+"..._tilesize128x256x64_cluster2x1x1_..._execute_segment_k_off_...").
+
+With --sustain: cuBLAS NN at that shape (then each --program, then cuBLAS again) back to
+back for --seconds each while nvidia-smi samples
+SM clock, power draw and temperature every 100 ms; printed are the medians and the
+TFLOP/s reached, and TFLOP/s per GHz of SM clock against the chip's dense fp16 rate per
+GHz (132 SMs x 4096 FLOP per clock on H100/H200: 989 TFLOP/s at 1.83 GHz). A kernel that
+holds the same fraction of the per-clock rate is as good as cuBLAS's; a TFLOP/s target
+above what the held clock allows needs a higher clock, not a better kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+FLOP_PER_CLOCK = 132 * 4096  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"shape {text!r}: write MxNxK, e.g. 8192x8192x8192") from None
+    return m, n, k
+
+
+def kernels_of(fn) -> list[tuple[str, float]]:
+    """(name, µs) of every CUDA kernel one call of `fn` runs, after a warm-up call."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [(e.name, e.device_time) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) -> str:
+    """One line: `program` (default cuBLAS NN) at m x n x k back to back for `seconds`."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    gemm, label = (lambda: torch.matmul(a, b, out=c)), "cuBLAS NN"
+    if program:
+        from compiler.pipeline import compile_and_load
+        from ir import Problem, parse
+        kernel = compile_and_load(parse(program), Problem(m, n, k))
+        gemm, label = (lambda: kernel(a, b, out=c)), program
+        torch.testing.assert_close(kernel(a, b), a @ b, rtol=2e-2, atol=1.0)
+    for _ in range(3):
+        gemm()
+    torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile("r", suffix=".csv") as log:
+        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                "--format=csv,noheader,nounits", "-lms", "100", "-f", log.name])
+        try:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            calls, t0 = 0, time.perf_counter()
+            start.record()
+            while time.perf_counter() - t0 < seconds:
+                for _ in range(10):
+                    gemm()
+                calls += 10
+                torch.cuda.synchronize()
+            end.record()
+            end.synchronize()
+        finally:
+            smi.terminate()
+            smi.wait()
+        samples = [[float(x) for x in line.split(",")] for line in log.read().splitlines()
+                   if line.strip() and "N/A" not in line]
+    us = start.elapsed_time(end) * 1e3 / calls
+    tflops = 2 * m * n * k / us / 1e6
+    if not samples:
+        return f"{m}x{n}x{k}: {tflops:.0f} TFLOP/s; nvidia-smi gave no samples"
+    clock, power, temp = (statistics.median(col) for col in zip(*samples))
+    per_ghz = tflops / (clock / 1e3)
+    return (f"{m}x{n}x{k} {label} for {seconds:.0f} s: {us:.1f} us/call, {tflops:.0f} TFLOP/s; "
+            f"median SM clock {clock:.0f} MHz, power {power:.0f} W, {temp:.0f} C "
+            f"({len(samples)} samples); {per_ghz:.0f} TFLOP/s per GHz = "
+            f"{per_ghz / (FLOP_PER_CLOCK / 1e3):.1%} of the dense rate at that clock")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="12288x256x16384,12288x8192x1024,8192x8192x8192")
+    ap.add_argument("--sustain", help="MxNxK to run back to back while sampling clocks")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--program", action="append", default=[],
+                    help="a gemmforge program to sustain after cuBLAS (repeatable)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for text in args.shapes.split(","):
+        m, n, k = parse_shape(text)
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b_kn = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        b_nk = b_kn.t().contiguous()
+        for label, fn in (("NN", lambda: torch.matmul(a, b_kn)),
+                          ("TN", lambda: torch.matmul(a, b_nk.t()))):
+            for name, us in kernels_of(fn):
+                print(f"{text:>18s} {label} {us:9.1f} us  {name}")
+        del a, b_kn, b_nk
+    if args.sustain:
+        shape = parse_shape(args.sustain)
+        for program in (None, *args.program, None):
+            print(sustain(*shape, args.seconds, program), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
