@@ -3,7 +3,7 @@ the GPU holds while a large GEMM runs.
 
     python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192]
                                          [--sustain 8192x8192x8192] [--seconds 5]
-                                         [--program "cute_cpp sm_90a ..."]...
+                                         [--programs benchmarks/programs/sustain_8192.txt]
 
 Per shape: torch.matmul (B as K x N, and B stored N x K passed transposed: the NN and TN
 calls search.bench times) run under torch.profiler; printed is each call's CUDA kernel
@@ -106,8 +106,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="12288x256x16384,12288x8192x1024,8192x8192x8192")
     ap.add_argument("--sustain", help="MxNxK to run back to back while sampling clocks")
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--program", action="append", default=[],
-                    help="a gemmforge program to sustain after cuBLAS (repeatable)")
+    ap.add_argument("--programs", type=Path,
+                    help="gemmforge programs to sustain after cuBLAS, one per line")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -125,7 +125,10 @@ def main() -> int:
         del a, b_kn, b_nk
     if args.sustain:
         shape = parse_shape(args.sustain)
-        for program in (None, *args.program, None):
+        programs = [] if args.programs is None else [
+            line.strip() for line in args.programs.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+        for program in (None, *programs, None):
             print(sustain(*shape, args.seconds, program), flush=True)
     return 0
 
