@@ -92,6 +92,8 @@ class Backend(ABC):
       allowed      -- Program field -> the values this backend accepts, where restricted;
                       a field listed with a single value is one the backend ignores
       layouts, accumulators -- problem kinds it can compute
+      tile_extras  -- tile.bm / tile.bn values beyond powers of two it accepts (of
+                      ir.program.TILE_EXTRAS)
     """
 
     name: ClassVar[str]
@@ -102,6 +104,7 @@ class Backend(ABC):
     allowed: ClassVar[dict[str, frozenset]] = {}
     layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)
     accumulators: ClassVar[frozenset[Accum]] = frozenset(Accum)
+    tile_extras: ClassVar[frozenset[int]] = frozenset()
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         """None if this backend can emit `program` (for `problem`, if given), else the reason.

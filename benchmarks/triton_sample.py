@@ -49,8 +49,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
     ap.add_argument("--graph-us", type=float, default=2000.0,
                     help="length of one timed CUDA graph of back-to-back launches")
+    ap.add_argument("--call-repeats", type=int, default=5,
+                    help="Python calls per round of the call protocol (host overhead)")
     args = ap.parse_args()
-    settings = BenchSettings(protocols=("kernel", "call"), rounds=args.rounds, call_repeats=5,
+    settings = BenchSettings(protocols=("kernel", "call"), rounds=args.rounds,
+                             call_repeats=args.call_repeats,
                              graph_us=args.graph_us)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:

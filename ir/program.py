@@ -18,6 +18,10 @@ MAX_SPLIT_K = 16
 MAX_RASTER_GROUP = 64
 MAX_CLUSTER = 4  # portable cluster size limit per dimension on sm_90a
 TILE_LIMITS = {"bm": (8, 512), "bn": (8, 512), "bk": (8, 256)}
+# tile.bm / tile.bn values besides the powers of two: three 64-wide wgmma steps, the tile
+# cuBLAS picks where N = 256 leaves 128 x 256 tiles a wave short (benchmarks/NOTES.md).
+# Only backends that list one in `tile_extras` accept it (ir.verify).
+TILE_EXTRAS = frozenset({192})
 MAX_WARPS_PER_DIM = 8
 MAX_DIM = 1 << 20  # largest m, n or k a Problem accepts
 
@@ -152,8 +156,15 @@ class Tile:
 
     def __post_init__(self):
         for name, (lo, hi) in TILE_LIMITS.items():
-            _check_int(getattr(self, name), f"tile.{name}", lo, hi)
-            _check_pow2(getattr(self, name), f"tile.{name}")
+            value = getattr(self, name)
+            _check_int(value, f"tile.{name}", lo, hi)
+            if name == "bk" or value not in TILE_EXTRAS:
+                _check_pow2(value, f"tile.{name}")
+
+    @property
+    def extras(self) -> tuple[int, ...]:
+        """bm / bn values outside the powers of two (TILE_EXTRAS), if any."""
+        return tuple(v for v in (self.bm, self.bn) if v & (v - 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 from ir.program import (
-    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_LIMITS,
+    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
+    TILE_LIMITS,
     Arch, Cluster, Epilogue, IRError, Padding, Program, Raster, RasterOrder, Reduction,
     Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
@@ -102,7 +103,8 @@ def program_schema(backends: list[str] | None = None) -> dict:
     """
     backend = ({"enum": sorted(backends)} if backends is not None
                else {"type": "string", "pattern": "^[a-z][a-z0-9_]{1,31}$"})
-    tile = {name: {"enum": _pow2s(lo, hi)} for name, (lo, hi) in TILE_LIMITS.items()}
+    tile = {name: {"enum": sorted(_pow2s(lo, hi) + ([] if name == "bk" else [
+        v for v in TILE_EXTRAS if lo <= v <= hi]))} for name, (lo, hi) in TILE_LIMITS.items()}
     warp = {"enum": _pow2s(1, MAX_WARPS_PER_DIM)}
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

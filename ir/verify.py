@@ -61,6 +61,11 @@ def _check_fields(p: Program, be) -> str | None:
 
 def _check_shape(p: Program, be) -> str | None:
     t, w = p.tile, p.warps
+    odd = [v for v in t.extras if v not in be.tile_extras]
+    if odd:
+        takes = (f"takes {', '.join(map(str, sorted(be.tile_extras)))} besides powers of two"
+                 if be.tile_extras else "takes powers of two only")
+        return f"tile: {t.bm}x{t.bn}: {p.backend} {takes}"
     mm, mn, mk = be.mma_shape
     threads = w.count * be.unit_threads
     limit = LIMITS[p.arch].max_threads_per_block

@@ -58,6 +58,7 @@ def test_key_and_name_follow_content():
 @pytest.mark.parametrize("text, message", [
     ("cuda_mma sm_80 128x128x32", "expected 13 tokens"),
     (EXAMPLE.replace("128x128x32", "128x96x32"), "tile.bn: 96 is not a power of two"),
+    (EXAMPLE.replace("128x128x32", "128x128x192"), "tile.bk: 192 is not a power of two"),
     (EXAMPLE.replace("w2x2", "w2-2"), "warps: 'w2-2' is not of the form wWMxWN"),
     (EXAMPLE.replace("sm_80", "sm_70"), "arch: 'sm_70' is not one of sm_80, sm_90a"),
     (EXAMPLE.replace("s3", "s9"), "stages: 9 is outside 1..8"),

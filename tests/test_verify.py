@@ -39,6 +39,12 @@ CASES = [
     # threads per block
     (OK.replace("128x128x32", "256x256x32").replace("w2x2", "w8x8").replace("s3", "s1"),
      "warps: 8x8 units of 32 threads is 2048 threads; the limit is 1024"),
+    # tiles beyond powers of two: only where the backend takes them, for the arch that can
+    (OK.replace("128x128x32", "128x192x32"), "tile: 128x192: cuda_mma takes powers of two only"),
+    ("triton sm_90a 192x128x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+     "tile: 192x128: triton takes powers of two only"),
+    ("cute_cpp sm_80 128x192x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows smem",
+     "tile: 128x192: the sm_80 mainloops take powers of two"),
     # accumulator registers
     (OK.replace("128x128x32", "256x256x16").replace("w2x2", "w2x2").replace("s3", "s2"),
      "holds 512 f32 accumulator registers per thread; the limit is 160"),
@@ -87,3 +93,9 @@ def test_graph_is_a_dag_from_operands_to_c():
     assert nx.has_path(g, "A.gmem", "C.gmem") and nx.has_path(g, "B.gmem", "C.gmem")
     assert "partials" in g
     assert "A.smem[2] --smem_to_reg--> A.frag" in graph.describe(g)
+
+
+def test_192_wide_tiles_are_legal_where_the_backend_takes_them():
+    p = parse("cute_cpp sm_90a 128x192x64 w2x1 s4 swnone row/8 pred k1 persistent c2x1 coop tma")
+    assert verify(p, Problem(12288, 256, 16384)) is p and p.tile.extras == (192,)
+    assert parse(str(p)) == p

@@ -39,6 +39,7 @@ class CuteCpp(Backend):
     instruction = "CUTLASS tensor-op MMA (64-row units)"
     mma_shape = (64, 8, 16)  # a warpgroup's GMMA is 64 rows, n in steps of 8, k 16
     unit_threads = 128
+    tile_extras = frozenset({192})  # sm_90a only (legality): TileShape takes any GMMA multiple
     allowed = {
         "swizzle": frozenset({Swizzle.NONE}),  # CUTLASS picks its own swizzled smem layouts
         "raster": RASTERS,                     # swizzle sizes 1, 2, 4, 8

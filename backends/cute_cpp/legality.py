@@ -94,6 +94,9 @@ def _sm80_fields(p: Program) -> str | None:
 
 def _sm80_shape(p: Program) -> str | None:
     t, w = p.tile, p.warps
+    if t.extras:
+        return (f"tile: {t.bm}x{t.bn}: the sm_80 mainloops take powers of two; "
+                f"{'/'.join(map(str, t.extras))}-wide tiles are for sm_90a's GMMA")
     if t.bk not in SM80_BK:
         return (f"tile.bk: CUTLASS 2.x's fp16 crosswise shared-memory layouts take bk "
                 f"{' or '.join(map(str, SM80_BK))}; got {t.bk}")
