@@ -8,22 +8,26 @@ not be the build machine's. The stored PTX and cubin stay as the build's record.
 
 The host path: per problem size, everything that follows from the sizes is prepared once
 (`_Prepared`: the workspace size and, per kernel of the plan, its grid, its Triton runner
-and its argument tuple with the per-call slots left open, plan.PER_CALL_ARGS). A launch
-builds one tuple of per-call values (the four addresses, and for TMA plans the host
-`TensorDescriptor`s over them, kept per address) and, per kernel, fills the slots with one
-itemgetter and a tuple concatenation. The kernel is then launched the way JITFunction.run
-launches it: `compiled.run(grid..., stream, function, packed_metadata, launch_metadata,
-enter_hook, exit_hook, *args)`, with no launch metadata when no launch hook is set (the
-metadata is only ever read by hooks); when a hook is set, or the Triton release is not one
-whose runner was read (DIRECT_RUN_RELEASES), the CompiledKernel's public runner
-`compiled[grid](*args, stream=stream)` launches instead, which builds the metadata and
-calls the hooks. Each _Step holds its CompiledKernel: from 3.9 on, dropping it unloads the
-module its function handle points into. Pointers go in as plain ints, which Triton's
-launchers accept; TMA descriptors are host-side `TensorDescriptor`s over a tiny pointer
-shim, which Triton's launcher encodes into a CUtensorMap on every launch; with
-GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1 (opt-in: no GPU run has checked it yet) on the direct
-path, `install_descriptor_cache` makes it reuse the encoding while the buffer repeats. A variant per alignment class of
-(n, k, m * n) is compiled on first use.
+and its argument tuple with the per-call slots left open, plan.PER_CALL_ARGS). Where the
+Triton release's launcher was read (launcher.RAW_RELEASES, 3.6) and no launch hook is set,
+a launch goes straight to the C launcher Triton built for each kernel (launcher.py), with
+the argument list, TMA descriptors encoded, kept per (a, b, c, workspace) address set:
+a call with buffers seen before does no per-argument Python work and no
+cuTensorMapEncodeTiled. Otherwise a launch builds one tuple of per-call values (the four
+addresses, and for TMA plans the host `TensorDescriptor`s over them, kept per address)
+and, per kernel, fills the slots with one itemgetter and a tuple concatenation; the kernel
+is then launched the way JITFunction.run launches it: `compiled.run(grid..., stream,
+function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`, with no launch
+metadata when no launch hook is set (the metadata is only ever read by hooks); when a
+hook is set, or the Triton release is not one whose runner was read (DIRECT_RUN_RELEASES),
+the CompiledKernel's public runner `compiled[grid](*args, stream=stream)` launches
+instead, which builds the metadata and calls the hooks. Each _Step holds its
+CompiledKernel: from 3.9 on, dropping it unloads the module its function handle points
+into. Pointers go in as plain ints, which Triton's launchers accept; on the `compiled.run`
+path Triton's launcher encodes each host TensorDescriptor into a CUtensorMap on every
+launch, unless GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1 (opt-in, not checked on a GPU) makes
+`install_descriptor_cache` reuse the encoding while the buffer repeats. A variant per
+alignment class of (n, k, m * n) is compiled on first use.
 """
 from __future__ import annotations
 
