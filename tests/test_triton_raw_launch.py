@@ -24,14 +24,16 @@ from test_host_path import A, B, C, PLANS, SHAPES, WS, device, triton_kernel  # 
 
 
 class Encoder:
-    """Stands in for make_tensordesc_arg: counts encodings; returns what it read."""
+    """Stands in for make_tensordesc_arg: counts encodings; returns what it read, the
+    metadata's position tag included (a descriptor paired with another parameter's
+    metadata gives other arguments)."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, arg, metadata, *rest):
         self.calls += 1
-        return [("map", arg.base.data_ptr(), tuple(arg.shape), metadata["swizzle"]),
+        return [("map", arg.base.data_ptr(), tuple(arg.shape), metadata["at"]),
                 *arg.shape, *arg.strides]
 
 
