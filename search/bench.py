@@ -77,11 +77,12 @@ class OperandPool:
     """A worker's operand and output tensors of its recent problems, by (m, n, k, layout),
     least recently used first out beyond `limit` bytes (the newest always stays).
 
-    Why: two requests for the same program at the same shape, each on freshly allocated
-    buffers, differed by up to 30 % in kernel time while cuBLAS, timed beside each on the
-    same buffers, held steady (benchmarks/NOTES.md): where a buffer lands decides which L2
-    partition and DRAM channels serve it. Timing every request for a problem on the same
-    memory takes that out of the comparison between candidates."""
+    Why: where a buffer lands decides which L2 partition and DRAM channels serve it, so
+    with fresh buffers per request two candidates of a problem were also timed on different
+    memory. Timing every request for a problem on the same memory takes that out of the
+    comparison (and the allocations out of each request). It was first suspected of the
+    between-request spread of one program's time; measured, it is not what that spread
+    comes from (benchmarks/NOTES.md, 2026-11-22 second session)."""
 
     def __init__(self, limit: int = POOL_BYTES, device: str = "cuda"):
         self.limit, self.device, self.kept = limit, device, {}
