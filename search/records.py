@@ -93,7 +93,7 @@ class BenchSettings(_Record):
     kernel_us is that one launch, and the Result is flagged "slow".
 
     Memory: with reuse_operands (the default) a worker keeps the operand and output tensors
-    of its recent problems (search.bench.OperandPool) and draws fresh values into them for
+    of its recent problems (search.operands.OperandPool) and draws fresh values into them for
     each request, so every request for a problem is timed on the same memory; without it
     each request allocates its own.
 
