@@ -94,6 +94,8 @@ class Backend(ABC):
       layouts, accumulators -- problem kinds it can compute
       tile_extras  -- tile.bm / tile.bn values beyond powers of two it accepts (of
                       ir.program.TILE_EXTRAS)
+      consumer_accum_regs -- accumulator registers per thread a warp-specialized
+                      consumer may hold (None: ir.arch.ACCUM_REG_BUDGET, as for all others)
     """
 
     name: ClassVar[str]
@@ -105,6 +107,7 @@ class Backend(ABC):
     layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)
     accumulators: ClassVar[frozenset[Accum]] = frozenset(Accum)
     tile_extras: ClassVar[frozenset[int]] = frozenset()
+    consumer_accum_regs: ClassVar[int | None] = None
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         """None if this backend can emit `program` (for `problem`, if given), else the reason.

@@ -9,7 +9,9 @@ from __future__ import annotations
 from ir import graph
 from ir.arch import ACCUM_REG_BUDGET, LIMITS
 from ir.text import field_text
-from ir.program import DEFAULTS, Accum, IRError, Layout, Problem, Program, Schedule
+from ir.program import (
+    DEFAULTS, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
+)
 
 # Fields whose non-default values need an sm_90a feature, and which feature.
 _HOPPER_ONLY = {
@@ -92,10 +94,12 @@ def _check_resources(p: Program, be, problem: Problem | None) -> str | None:
         return (f"stages: {p.stages} stages of {p.tile.bm}x{p.tile.bn}x{p.tile.bk} need "
                 f"{smem} B of shared memory; {p.arch.value} allows {budget} B per CTA")
     acc_regs = graph.reg_bytes(g, "acc") // 4
-    if acc_regs > ACCUM_REG_BUDGET:
+    limit = (ACCUM_REG_BUDGET if p.warp_spec == WarpSpec.NONE or be.consumer_accum_regs is None
+             else be.consumer_accum_regs)
+    if acc_regs > limit:
         return (f"tile: {p.tile.bm}x{p.tile.bn} over {g.graph['threads']} threads holds "
                 f"{acc_regs} {acc.value} accumulator registers per thread; the limit is "
-                f"{ACCUM_REG_BUDGET} (of {LIMITS[p.arch].max_regs_per_thread})")
+                f"{limit} (of {LIMITS[p.arch].max_regs_per_thread})")
     return None
 
 

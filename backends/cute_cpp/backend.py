@@ -40,6 +40,9 @@ class CuteCpp(Backend):
     mma_shape = (64, 8, 16)  # a warpgroup's GMMA is 64 rows, n in steps of 8, k 16
     unit_threads = 128
     tile_extras = frozenset({192})  # sm_90a only (legality): TileShape takes any GMMA multiple
+    # CUTLASS's warp-specialized consumers raise themselves to 232 registers (setmaxnreg):
+    # 192 accumulators leave 40 for addresses, e.g. one ping-pong warpgroup on 192x128
+    consumer_accum_regs = 192
     allowed = {
         "swizzle": frozenset({Swizzle.NONE}),  # CUTLASS picks its own swizzled smem layouts
         "raster": RASTERS,                     # swizzle sizes 1, 2, 4, 8
