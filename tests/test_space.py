@@ -95,3 +95,16 @@ def test_outside_the_space_is_refused():
     space = Space.build([Arch.SM90A], ["cuda_mma"])
     with pytest.raises(ValueError, match="not in this space"):
         space.params(assemble("triton", Arch.SM90A, {}))
+
+
+def test_tile_extras_are_searched_where_the_backend_takes_them():
+    """192-wide tiles are candidates for cute_cpp only; like every shape knob they are
+    listed before legality, which keeps them off sm_80 when programs are sampled."""
+    assert 192 in variant("cute_cpp", Arch.SM90A).choices("tile.bm")
+    assert 192 in variant("cute_cpp", Arch.SM90A).choices("tile.bn")
+    assert 192 not in variant("triton", Arch.SM90A).choices("tile.bn")
+    assert 192 not in variant("cuda_wgmma", Arch.SM90A).choices("tile.bn")
+    sm80, rng = Space.build([Arch.SM80], ["cute_cpp"], PROBLEM), random.Random(0)
+    sampled = [sm80.sample_legal(PROBLEM, rng) for _ in range(30)]
+    assert all(check(p, PROBLEM) is None and 192 not in (p.tile.bm, p.tile.bn)
+               for p in sampled)
