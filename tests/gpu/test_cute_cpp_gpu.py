@@ -34,6 +34,8 @@ PROGRAMS = [
     "cute_cpp sm_80 256x128x32 w2x1 s3 swnone row/2 pred k1 dp c1x1 nows smem",
     # a 192-wide tile (TILE_EXTRAS): the tile cuBLAS picks for 12288x256x16384
     "cute_cpp sm_90a 128x192x64 w2x1 s4 swnone row/8 pred k1 persistent c2x1 coop tma",
+    # one ping-pong warpgroup holding 192 accumulators (cute_cpp's consumer budget)
+    "cute_cpp sm_90a 192x128x64 w1x1 s4 swnone row/8 pred k1 persistent c1x1 pingpong tma",
 ]
 SHAPES = [(1000, 4096, 336), (4096, 64, 8192), (256, 256, 256), (17, 33, 65)]
 BIG = (8192, 8192, 8192)
