@@ -101,10 +101,9 @@ def _candidates(knob: str, backend) -> tuple:
     lo = {"tile.bm": mm, "tile.bn": mn, "tile.bk": mk}
     if knob in lo:
         tile_lo = max(lo[knob], TILE_LIMITS[knob[5:]][0])
-        if knob == "tile.bk":
-            return _pow2(tile_lo, PRACTICAL_BK)
-        extras = {v for v in backend.tile_extras if tile_lo <= v <= PRACTICAL_TILE}
-        return tuple(sorted(set(_pow2(tile_lo, PRACTICAL_TILE)) | extras))
+        hi = PRACTICAL_BK if knob == "tile.bk" else PRACTICAL_TILE
+        extras = () if knob == "tile.bk" else backend.tile_extras  # (192 for cute_cpp)
+        return tuple(sorted({*_pow2(tile_lo, hi), *(v for v in extras if tile_lo <= v <= hi)}))
     ints = {"warps.wm": _pow2(1, MAX_WARPS_PER_DIM), "warps.wn": _pow2(1, MAX_WARPS_PER_DIM),
             "stages": tuple(range(1, MAX_STAGES + 1)),
             "raster.group": _pow2(1, MAX_RASTER_GROUP),
