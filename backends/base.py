@@ -117,6 +117,12 @@ class Backend(ABC):
         """
         return None
 
+    def smem_bytes(self, program: Program) -> int | None:
+        """Shared memory one CTA of `program` needs, where this backend knows its own
+        staging better than ir.graph's generic pipeline (which stages the whole C tile for
+        smem/tma epilogues); None takes the generic count."""
+        return None
+
     @abstractmethod
     def lower(self, program: Program, problem: Problem) -> Source:
         """Generate source for `program` computing `problem` (assumes verify passed)."""

@@ -89,7 +89,8 @@ def _check_resources(p: Program, be, problem: Problem | None) -> str | None:
     layout = problem.layout if problem else Layout.NN
     acc = problem.acc if problem else Accum.F32
     g = graph.build(p, be.unit_threads, layout, acc)
-    smem, budget = graph.smem_bytes(g), LIMITS[p.arch].max_smem_per_block
+    smem = be.smem_bytes(p) or graph.smem_bytes(g)
+    budget = LIMITS[p.arch].max_smem_per_block
     if smem > budget:
         return (f"stages: {p.stages} stages of {p.tile.bm}x{p.tile.bn}x{p.tile.bk} need "
                 f"{smem} B of shared memory; {p.arch.value} allows {budget} B per CTA")

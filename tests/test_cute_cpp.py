@@ -21,6 +21,8 @@ PINGPONG = "cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/4 padop k1 dp c1x1 pin
 NOWS = "cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/1 pred k1 dp c1x1 nows direct"
 SPLITK = "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone row/2 padop k4a persistent c1x1 coop direct"
 STREAMK = "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone col/8 pred k1 streamk c1x2 coop tma"
+# consumer warpgroups split along N: CUTLASS's cooperative kernel on C^T = B^T A^T
+COOP_N = "cute_cpp sm_90a 192x128x64 w1x2 s5 swnone row/8 pred k1 persistent c2x1 coop tma"
 SM80 = "cute_cpp sm_80 128x128x32 w1x1 s3 swnone col/4 padop k2 dp c1x1 nows smem"
 SM80_WIDE = "cute_cpp sm_80 256x128x32 w2x1 s3 swnone row/2 pred k1 dp c1x1 nows smem"
 ALIGNED, RAGGED = Problem(1000, 4096, 336), Problem(17, 33, 65)
@@ -30,7 +32,7 @@ def lower(text, problem=ALIGNED):
     return registry.get("cute_cpp").lower(parse(text), problem).text
 
 
-@pytest.mark.parametrize("text", [COOP, PINGPONG, NOWS, SPLITK, STREAMK, SM80, SM80_WIDE])
+@pytest.mark.parametrize("text", [COOP, PINGPONG, NOWS, SPLITK, STREAMK, COOP_N, SM80, SM80_WIDE])
 @pytest.mark.parametrize("layout, acc", [("nn", "f32"), ("nt", "f16")])
 def test_declared_programs_are_legal(text, layout, acc):
     assert check(parse(text), Problem(1000, 4096, 336, layout, acc)) is None
@@ -40,6 +42,8 @@ def test_declared_programs_are_legal(text, layout, acc):
     (SM80.replace("c1x1", "c2x1"), ALIGNED, "cluster: thread-block clusters need sm_90a"),
     (COOP, RAGGED, "padding: pred needs n and k multiples of 8"),
     (STREAMK.replace("w2x1", "w1x1"), ALIGNED, "warps: coop is CUTLASS's KernelTmaWarpSpecializedCooperative"),
+    (PINGPONG.replace("w1x1", "w1x2"), ALIGNED, "warps: pingpong is CUTLASS's KernelTmaWarpSpecializedPingpong"),
+    (COOP_N.replace("192x128x64", "128x192x64").replace("s5", "s4"), ALIGNED, "tile.bn: w1x2 runs"),
     (PINGPONG.replace(" dp ", " streamk "), ALIGNED, "schedule: KernelTmaWarpSpecializedPingpong serves"),
     (PINGPONG.replace("k1", "k2"), ALIGNED, "split_k: split-K runs on CUTLASS's stream-K scheduler"),
     (NOWS.replace("direct", "tma"), ALIGNED, "epilogue: KernelTma takes direct"),
@@ -70,6 +74,34 @@ def test_padop_serves_ragged_problems():
 def test_sm90_smem_estimate_follows_the_builder():
     # 3 stages of (128 + 256) x 64 halves, two 128 x 32 D stages, 2 KiB of barriers/alignment
     assert sm90_smem_bytes(parse(COOP)) == 3 * 384 * 64 * 2 + 2 * 128 * 32 * 2 + 2048
+
+
+def test_sm90_smem_estimate_is_the_verified_budget():
+    # the transposed frame stages 128 x 32 pieces of C^T; verify takes the backend's count
+    # (5 stages of 192x128 fit, where a whole staged C tile would not)
+    assert sm90_smem_bytes(parse(COOP_N)) == 5 * 320 * 64 * 2 + 2 * 128 * 32 * 2 + 2048
+    assert registry.get("cute_cpp").smem_bytes(parse(COOP_N)) == sm90_smem_bytes(parse(COOP_N))
+    assert registry.get("cute_cpp").smem_bytes(parse(SM80)) is None
+    assert check(parse(COOP_N.replace("s5", "s6")), ALIGNED).startswith("stages: 6 stages")
+
+
+def test_split_along_n_runs_the_transposed_problem():
+    """w1x2: CUTLASS's M is our N, so tile, cluster and raster are swapped, B^T is its A
+    (N-contiguous for nn, K-contiguous for nt), A^T its B and C^T its column-major D."""
+    text = lower(COOP_N)
+    for piece in ("using TileShape = Shape<_128, _192, _64>;", "using ClusterShape = Shape<_1, _2, _1>;",
+                  "using LayoutA = cutlass::layout::ColumnMajor;  // B^T",
+                  "using LayoutB = cutlass::layout::ColumnMajor;  // A^T",
+                  "using LayoutD = cutlass::layout::ColumnMajor;  // C^T",
+                  "const half* op_a = B;", "const int Mc = N, Nc = M;",
+                  "RasterOrderOptions::AlongM;", "KernelTmaWarpSpecializedCooperative"):
+        assert piece in text, piece
+    nt = lower(COOP_N.replace("row/8", "col/8"), Problem(1000, 4096, 336, "nt", "f16"))
+    assert "using LayoutA = cutlass::layout::RowMajor;  // B^T" in nt
+    assert "RasterOrderOptions::AlongN;" in nt
+    plain = lower(COOP)
+    assert "const half* op_a = A;" in plain and "const int Mc = M, Nc = N;" in plain
+    assert "using LayoutA = cutlass::layout::RowMajor;" in plain
 
 
 def test_sm90_source_carries_the_mapping():
@@ -167,11 +199,13 @@ def slow_builds(monkeypatch):
 
 @needs_cutlass
 @pytest.mark.nvcc
-def test_sm90_cooperative_builds_with_gmma_and_tma(tmp_path, slow_builds):
-    """The pipeline's build (a cuda_so) of the flagship program: its SASS holds warpgroup
-    MMA (HGMMA) and TMA loads (UTMALDG), and its TMA epilogue's stores (UTMASTG)."""
+@pytest.mark.parametrize("text", [COOP, COOP_N])
+def test_sm90_cooperative_builds_with_gmma_and_tma(tmp_path, slow_builds, text):
+    """The pipeline's build (a cuda_so) of the flagship program, and of its split along N:
+    its SASS holds warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and its TMA epilogue's
+    stores (UTMASTG)."""
     be = registry.get("cute_cpp")
-    art = be.build(be.lower(parse(COOP), ALIGNED), Target(90), tmp_path)
+    art = be.build(be.lower(parse(text), ALIGNED), Target(90), tmp_path)
     assert art.kind == "cuda_so" and art.path.stat().st_size > 0
     assert not shared_statics(art.path)
     if nvcc.cuobjdump():

@@ -7,8 +7,10 @@ serial split-K). `kernels` holds the IR → CUTLASS table, `legality` the refusa
 is one standalone .cu with the cuda family's extern "C" API, built into a "cuda_so".
 
 Units: Program.warps counts 128-thread units. On sm_90a a unit is a consumer warpgroup
-(cooperative: w2x1; pingpong and none: w1x1). On sm_80 a unit is 2 x 2 warps, so wWMxWN
-is a (2 WM) x (2 WN) warp grid and the warp tile is (bm / 2 WM) x (bn / 2 WN).
+(cooperative: w2x1 splits the tile along M, w1x2 along N, which runs CUTLASS's kernel on the
+transposed problem, see kernels.sm90_transposed; pingpong and none: w1x1). On sm_80 a unit
+is 2 x 2 warps, so wWMxWN is a (2 WM) x (2 WN) warp grid and the warp tile is
+(bm / 2 WM) x (bn / 2 WN).
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ class CuteCpp(Backend):
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         return legality.check(program, problem)
+
+    def smem_bytes(self, program: Program) -> int | None:
+        """sm_90a: CUTLASS's own staging (the TMA epilogue stages 128x32 or 64x32 pieces of
+        C, not the whole tile); sm_80: ir.graph's count."""
+        return legality.sm90_smem_bytes(program) if program.arch == Arch.SM90A else None
 
     def lower(self, program: Program, problem: Problem) -> Source:
         flags = " ".join((*COMMENT_FLAGS, *nvcc.gencode(program.arch)))

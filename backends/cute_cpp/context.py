@@ -7,10 +7,13 @@ from dataclasses import asdict, dataclass
 from backends.cute_cpp.kernels import (
     ALIGNMENT_HALFS, DATA_PARALLEL_CTAS, SM80_SWIZZLE, SM80_UNIT_WARPS, SM90_KERNELS,
     SM90_RASTER_ORDER, SM90_REDUCTION, SM90_SMEM_BYTES, sm90_decomposition, sm90_tile_scheduler,
+    sm90_transposed,
 )
-from ir.program import Accum, Arch, Layout, Padding, Problem, Program, Schedule
+from ir.program import Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule
 
 SELFTEST_DEFAULT = (1000, 4096, 336)  # the self-test's shape when main() gets no arguments
+# CUTLASS's layout tag for a row-major operand (True) or a column-major one (False)
+_LAYOUT_TAG = {True: "cutlass::layout::RowMajor", False: "cutlass::layout::ColumnMajor"}
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,14 @@ class CommonContext:
 
 @dataclass(frozen=True)
 class Sm90Context:
+    transposed: bool          # CUTLASS computes C^T = B^T A^T (kernels.sm90_transposed)
+    tile_m: int               # TileShape and ClusterShape in CUTLASS's M x N: ours, or swapped
+    tile_n: int
     cm: int
     cn: int
+    cutlass_layout_a: str     # CUTLASS's A, B and D layout tags (B^T, A^T, C^T if transposed)
+    cutlass_layout_b: str
+    cutlass_layout_d: str
     kernel_schedule: str
     epilogue_schedule: str
     tile_scheduler: str       # void, PersistentScheduler or StreamKScheduler
@@ -82,15 +91,27 @@ def _common(p: Program, problem: Problem, version: str, flags: str) -> CommonCon
         selftest_m=m, selftest_n=n, selftest_k=k)
 
 
-def _sm90(p: Program) -> Sm90Context:
+def _sm90(p: Program, problem: Problem) -> Sm90Context:
     kernel = SM90_KERNELS[p.warp_spec]
     decomposition = sm90_decomposition(p.schedule, p.split_k.slices)
     scheduler = sm90_tile_scheduler(p.schedule, p.split_k.slices, p.warp_spec)
+    t, c, nt = p.tile, p.cluster, problem.layout == Layout.NT
+    transposed = sm90_transposed(p.warp_spec, p.warps)
+    if transposed:  # B^T is N x K: K-contiguous (RowMajor) for nt, N-contiguous for nn
+        frame = dict(tile_m=t.bn, tile_n=t.bm, cm=c.cn, cn=c.cm,
+                     cutlass_layout_a=_LAYOUT_TAG[nt], cutlass_layout_b=_LAYOUT_TAG[False],
+                     cutlass_layout_d=_LAYOUT_TAG[False])
+        order = RasterOrder.COL if p.raster.order == RasterOrder.ROW else RasterOrder.ROW
+    else:            # B is K x N: K-contiguous (ColumnMajor) for nt, N-contiguous for nn
+        frame = dict(tile_m=t.bm, tile_n=t.bn, cm=c.cm, cn=c.cn,
+                     cutlass_layout_a=_LAYOUT_TAG[True], cutlass_layout_b=_LAYOUT_TAG[not nt],
+                     cutlass_layout_d=_LAYOUT_TAG[True])
+        order = p.raster.order
     return Sm90Context(
-        cm=p.cluster.cm, cn=p.cluster.cn,
+        transposed=transposed, **frame,
         kernel_schedule=kernel.schedule, epilogue_schedule=kernel.epilogues[p.epilogue],
         tile_scheduler=scheduler, scheduler_args=scheduler != "void",
-        raster_order=SM90_RASTER_ORDER[p.raster.order], max_swizzle=p.raster.group,
+        raster_order=SM90_RASTER_ORDER[order], max_swizzle=p.raster.group,
         stream_k=decomposition is not None, decomposition=decomposition or "",
         reduction_mode=SM90_REDUCTION[p.split_k.reduction],
         persistent=p.schedule != Schedule.DATA_PARALLEL,
@@ -106,5 +127,5 @@ def _sm80(p: Program) -> Sm80Context:
 
 def make_context(p: Program, problem: Problem, version: str, flags: str) -> dict:
     """The render context for `p` computing `problem` (assumes legality.check passed)."""
-    family = _sm90(p) if p.arch == Arch.SM90A else _sm80(p)
+    family = _sm90(p, problem) if p.arch == Arch.SM90A else _sm80(p)
     return {**asdict(_common(p, problem, version, flags)), **asdict(family)}

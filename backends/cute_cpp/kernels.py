@@ -38,7 +38,7 @@ class Sm90Kernel:
     """One CUTLASS sm90 kernel schedule and what a program may ask of it."""
 
     schedule: str                   # KernelSchedule type of the mainloop builder
-    warps: Warps                    # consumer warpgroups the builder lays out (AtomLayoutMNK)
+    warps: frozenset                # consumer warpgroup layouts it serves (Program.warps)
     epilogues: dict                 # IR epilogue -> epilogue schedule type
     schedules: frozenset            # IR schedules it serves
     stream_k: bool                  # can use the stream-K scheduler (stream_k, split-K)
@@ -50,23 +50,40 @@ SM90_KERNELS = {
     # No producer/consumer split: all 128 threads issue GMMA, one issues TMA; one CTA per tile,
     # launched as a (tiles_m, tiles_n) grid, i.e. walking along M.
     WarpSpec.NONE: Sm90Kernel(
-        "cutlass::gemm::KernelTma", Warps(1, 1),
+        "cutlass::gemm::KernelTma", frozenset({Warps(1, 1)}),
         {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized"},
         frozenset({Schedule.DATA_PARALLEL}), False,
         frozenset({Raster(RasterOrder.COL, 1)}), 3),
-    # A producer warpgroup (TMA) and two consumer warpgroups sharing each tile (2x1 along M).
+    # A producer warpgroup (TMA) and two consumer warpgroups sharing each tile: w2x1 splits it
+    # along M (the builder's own layout), w1x2 along N (the transposed problem, see below).
     WarpSpec.COOPERATIVE: Sm90Kernel(
-        "cutlass::gemm::KernelTmaWarpSpecializedCooperative", Warps(2, 1),
+        "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+        frozenset({Warps(2, 1), Warps(1, 2)}),
         {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized",
          Epilogue.TMA: "cutlass::epilogue::TmaWarpSpecializedCooperative"},
         frozenset(Schedule), True, RASTERS, 2),
     # A producer warpgroup and two consumer warpgroups on alternate tiles (each owns a tile).
     WarpSpec.PINGPONG: Sm90Kernel(
-        "cutlass::gemm::KernelTmaWarpSpecializedPingpong", Warps(1, 1),
+        "cutlass::gemm::KernelTmaWarpSpecializedPingpong", frozenset({Warps(1, 1)}),
         {Epilogue.DIRECT: "cutlass::epilogue::NoSmemWarpSpecialized",
          Epilogue.TMA: "cutlass::epilogue::TmaWarpSpecialized"},
         frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}), False, RASTERS, 2),
 }
+
+# Cooperative consumers split along N (w1x2). CUTLASS's cooperative kernel always splits its own
+# M between the two warpgroups (64-row GMMAs each), so a w1x2 program runs it on the transposed
+# problem C^T = B^T A^T: CUTLASS's M is our N, its N our M, its A our B. Each warpgroup then
+# covers bn/2 of our columns and all bm rows with one GMMA of N = bm per k-step (192x128 w1x2:
+# m64n192k16, the tile cuBLAS's nvjet_sm90_hsh_128x192_..._2x1 kernels use), where w2x1 on a
+# 192-row tile would need 96-row warpgroups. CUTLASS's M must then hold two 64-row GMMAs.
+SM90_TRANSPOSED_WARPS = Warps(1, 2)
+SM90_COOP_M_GRAIN = 128
+
+
+def sm90_transposed(warp_spec: WarpSpec, warps: Warps) -> bool:
+    """Whether the program runs as CUTLASS's kernel on C^T = B^T A^T (consumers split N)."""
+    return warp_spec == WarpSpec.COOPERATIVE and warps == SM90_TRANSPOSED_WARPS
+
 
 # sm_80: the threadblock swizzle functor of cutlass::gemm::device::Gemm per IR raster.
 # GemmIdentityThreadblockSwizzle<G> launches blockIdx.x over M in bands of G tile columns

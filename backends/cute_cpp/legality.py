@@ -12,8 +12,8 @@ from ir.program import Arch, Padding, Problem, Program, Reduction, Schedule
 from ir.text import field_text
 from backends.cute_cpp.kernels import (
     ALIGNMENT_HALFS, SM80_BK, SM80_EPILOGUES, SM80_MIN_STAGES, SM80_UNIT_WARPS,
-    SM80_WARP_GRAIN, SM90_KERNELS, SM90_MAX_CLUSTER, SM90_MAX_TILE, SM90_SMEM_BYTES,
-    SM90_SMEM_SLACK,
+    SM80_WARP_GRAIN, SM90_COOP_M_GRAIN, SM90_KERNELS, SM90_MAX_CLUSTER, SM90_MAX_TILE,
+    SM90_SMEM_BYTES, SM90_SMEM_SLACK, sm90_transposed,
 )
 
 
@@ -25,9 +25,9 @@ def _sm90_kernel(p: Program) -> str | None:
     k = SM90_KERNELS[p.warp_spec]
     ws = field_text("warp_spec", p.warp_spec)
     name = k.schedule.rsplit("::", 1)[-1]
-    if p.warps != k.warps:
-        return (f"warps: {ws} is CUTLASS's {name}, whose builder lays out consumer warpgroups "
-                f"{field_text('warps', k.warps)}; got {field_text('warps', p.warps)}")
+    if p.warps not in k.warps:
+        return (f"warps: {ws} is CUTLASS's {name}, whose consumer warpgroups lay out as "
+                f"{_values('warps', k.warps)}; got {field_text('warps', p.warps)}")
     if p.epilogue not in k.epilogues:
         return (f"epilogue: {name} takes {_values('epilogue', k.epilogues)} (TMA stores need a "
                 f"warp-specialized kernel; sm90 has no smem-staged non-TMA epilogue); "
@@ -48,6 +48,10 @@ def _sm90_kernel(p: Program) -> str | None:
 
 def _sm90_shape(p: Program) -> str | None:
     t, c = p.tile, p.cluster
+    if sm90_transposed(p.warp_spec, p.warps) and t.bn % SM90_COOP_M_GRAIN:
+        return (f"tile.bn: w1x2 runs CUTLASS's cooperative kernel on the transposed problem, "
+                f"whose two consumer warpgroups split our N in 64-column GMMAs: bn must be a "
+                f"multiple of {SM90_COOP_M_GRAIN}; got {t.bn}")
     if max(t.bm, t.bn) > SM90_MAX_TILE:
         return (f"tile: a TMA box spans at most {SM90_MAX_TILE} rows; "
                 f"{t.bm}x{t.bn} is too large")
@@ -64,14 +68,16 @@ def _sm90_shape(p: Program) -> str | None:
 def sm90_smem_bytes(p: Program) -> int:
     """Shared memory the CUTLASS sm90 kernel needs, from the builder's own rules: the
     mainloop's A and B stages, the TMA epilogue's D staging (EpilogueTileAuto: 128 x 32
-    for cooperative, 64 x 32 otherwise, two stages at most) and a slack for barriers."""
+    for cooperative, 64 x 32 otherwise, in CUTLASS's M x N, two stages at most) and a slack
+    for barriers."""
     t = p.tile
     mainloop = p.stages * (t.bm + t.bn) * t.bk * HALF_BYTES
     epilogue = 0
     if p.epilogue.value == "tma":
-        epi_m = min(128 if p.warp_spec.value == "cooperative" else 64, t.bm)
-        epi_n = min(32, t.bn)
-        stages_d = min((t.bm // epi_m) * (t.bn // epi_n), 2)
+        tile_m, tile_n = (t.bn, t.bm) if sm90_transposed(p.warp_spec, p.warps) else (t.bm, t.bn)
+        epi_m = min(128 if p.warp_spec.value == "cooperative" else 64, tile_m)
+        epi_n = min(32, tile_n)
+        stages_d = min((tile_m // epi_m) * (tile_n // epi_n), 2)
         epilogue = stages_d * epi_m * epi_n * HALF_BYTES
     return mainloop + epilogue + SM90_SMEM_SLACK
 

@@ -36,6 +36,10 @@ PROGRAMS = [
     "cute_cpp sm_90a 128x192x64 w2x1 s4 swnone row/8 pred k1 persistent c2x1 coop tma",
     # one ping-pong warpgroup holding 192 accumulators (cute_cpp's consumer budget)
     "cute_cpp sm_90a 192x128x64 w1x1 s4 swnone row/8 pred k1 persistent c1x1 pingpong tma",
+    # consumers split along N (w1x2): CUTLASS's cooperative kernel on C^T = B^T A^T, with a
+    # cluster and with stream-K, both swapped into its frame
+    "cute_cpp sm_90a 192x128x64 w1x2 s5 swnone row/8 pred k1 persistent c2x1 coop tma",
+    "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/4 pred k1 streamk c1x1 coop tma",
 ]
 SHAPES = [(1000, 4096, 336), (4096, 64, 8192), (256, 256, 256), (17, 33, 65)]
 BIG = (8192, 8192, 8192)
