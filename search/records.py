@@ -86,8 +86,10 @@ class BenchSettings(_Record):
       server ("server") .... server_calls calls, each after a random idle gap in
                              [0, server_max_gap_ms]
       re-validation ........ 1 (after all timing, into a NaN-filled output, fresh inputs)
-    cuBLAS NN and TN are launched as often in calibration, kernel, cold and call (their own
-    n and nc); in server mode only the faster of the two (by kernel time) is called.
+    cuBLAS NN and TN are launched as often in calibration and kernel (their own n); in
+    cold, call and server only the faster of the two by kernel time runs, as often as the
+    candidate (its own nc in cold). Choosing the layout once, by the stable kernel time,
+    keeps the noisy call timings from picking whichever of two equal calls drew less noise.
     If the candidate's fastest calibration launch takes longer than slow_cutoff x cuBLAS's
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
     kernel_us is that one launch, and the Result is flagged "slow".
@@ -99,7 +101,8 @@ class BenchSettings(_Record):
 
     L2: "kernel" keeps L2 warm; "cold" writes a buffer of l2_flush_factor x the L2 size
     before every launch. Statistic: the median (or minimum) over rounds of each contender's
-    per-launch time; cuBLAS's figure is the better of NN and TN. A device-wide synchronize
+    per-launch time; cuBLAS's kernel figure is the better of NN and TN, and its cold, call
+    and server figures are that layout's. A device-wide synchronize
     precedes every end event and every host clock read, so work on any stream counts.
     """
 
@@ -218,7 +221,8 @@ class Result(_Record):
 
     status "ok" or "failed"; a failure has `kind` (one of FAILURE_KINDS) and `message`.
     kernel_us / cublas_us: CUDA-graph median per launch, L2 warm (cuBLAS: best of NN, TN).
-    cold_us / cublas_cold_us: the same with L2 flushed before every launch.
+    cold_us / cublas_cold_us: the same with L2 flushed before every launch (cuBLAS: the
+    layout that won the kernel times, as for call and server).
     call_us / cublas_call_us: one Python call + synchronize, wall clock, fresh inputs.
     server_us / cublas_server_us: calls after random idle gaps.
     rel_err: relative Frobenius error of the gate (the larger of gate and re-validation).

@@ -134,6 +134,29 @@ def test_protocols_report_the_planted_times(simulate, layout, acc, k):
     assert sim.launches == req.settings.candidate_launches(3, 3, k)
 
 
+def test_call_and_cold_time_the_layout_that_won_the_kernel_protocol(simulate, monkeypatch):
+    """cuBLAS TN wins the kernel times, so cold and call time the candidate against TN
+    alone and report TN's figures, even where NN's call median happens to read lower
+    (the lower of two noisy medians, taken afterwards, would report NN's)."""
+    sim = simulate(candidate_us=5.0)
+    monkeypatch.setattr(bench, "_kernel_protocol", lambda *args: {
+        "candidate": [5.0] * 3, "cublas_nn": [7.0] * 3, "cublas_tn": [6.0] * 3})
+    ran = []
+
+    def planted(times):
+        def protocol(cs, *args):
+            ran.append([c.name for c in cs])
+            return {"candidate": [times[0]] * 3, "cublas_nn": [times[1]] * 3,
+                    "cublas_tn": [times[2]] * 3}
+        return protocol
+    monkeypatch.setattr(bench, "_cold_protocol", planted((9.0, 10.0, 12.0)))
+    monkeypatch.setattr(bench, "_call_protocol", planted((30.0, 25.0, 28.0)))
+    _, r = _run(sim, protocols=("kernel", "cold", "call"))
+    assert ran == [["candidate", "cublas_tn"], ["candidate", "cublas_tn"]]
+    assert r.cublas_us == pytest.approx(6.0)
+    assert r.cublas_cold_us == pytest.approx(12.0) and r.cublas_call_us == pytest.approx(28.0)
+
+
 def test_slow_candidate_is_cut_short(simulate):
     sim = simulate(candidate_us=1000.0)
     req, r = _run(sim)
