@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 4's "what limits it", from counters: for each shape, the tensor pipe's activity and
+# the SM clock of one launch of cuBLAS (torch.matmul NN) and of a gemmforge program, under
+# Nsight Compute (ncu). Where both kernels keep the tensor pipe about equally busy per
+# clock, the rest of the difference is clock (power), not the kernel.
+#
+#   bash benchmarks/ncu_tensor_pipe.sh OUT_DIR "MxNxK|program text" ...
+#
+# Metrics are taken from the first of each candidate list that this ncu knows
+# (--query-metrics); names differ between ncu releases. Needs access to the GPU's
+# performance counters; where that is refused, ncu's error is printed and the script
+# goes on. ncu replays a kernel several times to collect its counters (--cache-control
+# all, --clock-control none: caches flushed before each replay, clocks left as they are).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?OUT_DIR}; shift
+mkdir -p "$out"
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+if [ -z "$NCU" ]; then echo "ncu: not found"; exit 0; fi
+"$NCU" --version | tail -1
+known=$("$NCU" --query-metrics --chip gh100 2>/dev/null | awk '{print $1}')
+pick() {  # the first candidate this ncu lists (by base name), with its suffix
+  for m in "$@"; do base=${m%%.*}; if grep -qx "$base" <<<"$known"; then echo "$m"; return; fi; done
+}
+metrics=$(IFS=,; echo "$(pick sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
+  sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active \
+  sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active)","\
+"$(pick sm__cycles_elapsed.avg.per_second)","\
+"$(pick gpu__time_duration.sum)","\
+"$(pick sm__throughput.avg.pct_of_peak_sustained_elapsed)","\
+"$(pick dram__throughput.avg.pct_of_peak_sustained_elapsed)")
+metrics=$(sed 's/,,*/,/g; s/^,//; s/,$//' <<<"$metrics")
+echo "metrics: $metrics"
+for job in "$@"; do
+  shape=${job%%|*}; program=${job#*|}
+  for who in cublas gemmforge; do
+    args=(--shape "$shape" --calls 4)
+    [ "$who" = gemmforge ] && args+=(--program "$program")
+    tag="${shape}_${who}"
+    "$NCU" --metrics "$metrics" --launch-skip 2 --launch-count 1 --clock-control none \
+      --kernel-name "regex:^(?!.*(elementwise|distribution|reduce)).*$" \
+      --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
+      >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
+    echo "== $shape $who (rc $?)"
+    grep -E '^"' "$out/ncu_$tag.csv" | awk -F'","' 'NR>1 {print "  " $5 " | " $(NF-2) " = " $NF}' \
+      | sed 's/"$//' | cut -c1-160
+    grep -iE "error|ERR_" "$out/ncu_$tag.err" | head -3
+  done
+done
