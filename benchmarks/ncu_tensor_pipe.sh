@@ -42,8 +42,12 @@ for job in "$@"; do
       --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
       >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
     echo "== $shape $who (rc $?)"
-    grep -E '^"' "$out/ncu_$tag.csv" | awk -F'","' 'NR>1 {print "  " $5 " | " $(NF-2) " = " $NF}' \
-      | sed 's/"$//' | cut -c1-160
+    python3 - "$out/ncu_$tag.csv" <<'PY'
+import csv, sys
+for row in csv.reader(open(sys.argv[1])):
+    if row and row[0].isdigit():  # ID, ..., Kernel Name (5th), ..., Metric Name, Unit, Value
+        print(f"  {row[-3]} = {row[-1]}   [{row[4][:50]}]")
+PY
     grep -iE "error|ERR_" "$out/ncu_$tag.err" | head -3
   done
 done
