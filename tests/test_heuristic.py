@@ -34,6 +34,21 @@ def test_seeds_only_for_large_problems():
     assert HeuristicPolicy("cuda_wgmma").propose(small, Arch.SM90A, 1)[0].tile.bm == 64
 
 
+@pytest.mark.parametrize("shape, first", [
+    ("12288x256x16384", "192x128x64 w1x2 s5"),    # one 192x128 tile per CTA, one wave
+    ("12288x8192x1024", "192x128x64 w1x1 s4"),    # M divides by 192: ping-pong
+    ("512x12288x8192", "128x192x64 w2x1 s5"),     # short M, N divides by 192
+    ("8192x8192x8192", "256x128x64 w1x2 s4"),     # no 192 fits: the best over the sample
+    ("12000x4096x2048", "256x128x64 w1x2 s4"),    # 12000 rows: a ragged last 192 row
+])
+def test_cute_cpp_seeds_take_192_wide_tiles_only_where_they_divide(shape, first):
+    problem = parse_problem(shape)
+    assert problem.flops >= SEED_MIN_FLOPS
+    program = HeuristicPolicy("cute_cpp").propose(problem, Arch.SM90A, 1)[0]
+    assert f"{program.tile.bm}x{program.tile.bn}x{program.tile.bk} " \
+           f"w{program.warps.wm}x{program.warps.wn} s{program.stages}" == first, str(program)
+
+
 def test_default_program_falls_back_where_the_first_backend_cannot_serve():
     # unaligned rows: wgmma's TMA refuses them, so the sm_90a default falls back to cuda_mma
     assert default_program(parse_problem("17x33x65"), Arch.SM90A).backend == "cuda_mma"
