@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.rows import measure_rows  # noqa: E402
 from compiler.pipeline import compile_and_load  # noqa: E402
 from ir import parse, parse_problem  # noqa: E402
 
@@ -124,17 +125,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write every row here")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of MxNxK")
     args = ap.parse_args()
-    rows = {}
     cols = ("sync", "torch", "torch out=", "call", "call out=", "launch", "graph",
             "torch graph", "kernel", "torch kernel")
-    print(f"{'shape':>14} {'program':>28} " + " ".join(f"{c:>12}" for c in cols), flush=True)
-    for shape in args.shapes.split(","):
-        for text in PROGRAMS:
-            row = measure(shape, text, args.rounds)
-            rows[f"{shape} | {text}"] = row
-            short = " ".join(text.split()[2:3] + text.split()[8:10] + text.split()[-1:])
-            print(f"{shape:>14} {short:>28} " + " ".join(f"{row[c]:12.2f}" for c in cols),
-                  flush=True)
+    rows = measure_rows(args.shapes.split(","), PROGRAMS,
+                        lambda shape, text: measure(shape, text, args.rounds), cols,
+                        lambda t: " ".join(t.split()[2:3] + t.split()[8:10] + t.split()[-1:]), 12)
     over = {name: statistics.median(r[name] - (r["torch kernel"] if "torch" in name
                                                else r["kernel"]) for r in rows.values())
             for name in ("torch", "torch out=", "call", "call out=", "launch")}

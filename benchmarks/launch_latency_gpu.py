@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
+from benchmarks.rows import measure_rows  # noqa: E402
 from compiler.pipeline import compile_and_load  # noqa: E402
 from ir import parse, parse_problem  # noqa: E402
 
@@ -71,27 +72,31 @@ def per_call(kernels: list, calls: int) -> list[float]:
     return [sum(d for _, _, d in kernels[i * per:(i + 1) * per]) for i in range(calls)]
 
 
-def alone_us(fn, refill, rounds: int) -> tuple[float, str]:
+def profiled(fn, calls: int, before=None) -> tuple[float, str]:
+    """(median GPU µs per call, the first GEMM kernel's name) over `calls` calls of `fn`
+    under the profiler after a warm one; with `before`, each call is alone: before(),
+    synchronize, call, synchronize."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            refill()
-            torch.cuda.synchronize()
+        for _ in range(calls):
+            if before:
+                before()
+                torch.cuda.synchronize()
             fn()
-            torch.cuda.synchronize()
+            if before:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
     kernels = gemm_kernels(prof)
-    return statistics.median(per_call(kernels, rounds)), kernels[0][1]
+    return statistics.median(per_call(kernels, calls)), kernels[0][1]
+
+
+def alone_us(fn, refill, rounds: int) -> tuple[float, str]:
+    return profiled(fn, rounds, refill)
 
 
 def b2b_us(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(B2B_CALLS):
-            fn()
-        torch.cuda.synchronize()
-    return statistics.median(per_call(gemm_kernels(prof), B2B_CALLS))
+    return profiled(fn, B2B_CALLS)[0]
 
 
 def gap_us(fn, refill, rounds: int) -> float:
@@ -168,15 +173,9 @@ def main() -> int:
     args = ap.parse_args()
     cols = ("ours alone", "ours b2b", "ours start", "ours gap", "carve start", "carve gap",
             "torch alone", "torch b2b", "torch start", "torch gap")
-    print(f"{'shape':>15} {'program':>24} " + " ".join(f"{c:>11}" for c in cols), flush=True)
-    rows = {}
-    for shape in args.shapes.split(","):
-        for text in PROGRAMS:
-            row = measure(shape, text, args.rounds)
-            rows[f"{shape} | {text}"] = row
-            short = " ".join(text.split()[2:3] + text.split()[9:10] + text.split()[-1:])
-            print(f"{shape:>15} {short:>24} " + " ".join(f"{row[c]:11.2f}" for c in cols),
-                  flush=True)
+    rows = measure_rows(args.shapes.split(","), PROGRAMS,
+                        lambda shape, text: measure(shape, text, args.rounds), cols,
+                        lambda t: " ".join(t.split()[2:3] + t.split()[9:10] + t.split()[-1:]), 11)
     for label in ("ours", "carve", "torch"):
         print(f"median {label}: " + ", ".join(
             f"{x} {statistics.median(r[f'{label} {x}'] for r in rows.values()):.2f} µs"
