@@ -18,7 +18,10 @@ much as the candidate's. Per shape, for cuBLAS (torch.matmul NN) this script tim
 
 and prints, for each, the spread over requests ((max - min) / median of the request
 medians), and the kernel names the profiler saw in each mode (a change of cuBLAS's kernel
-between requests would show as more than one name).
+between requests would show as more than one name). The JSON also holds each request's
+wall-clock span (time.time()), to line up with a clock log such as
+`nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active
+--format=csv -lms 20` running beside it.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -85,9 +89,11 @@ def measure(shape: str, requests: int, rounds: int, spin_ms: float) -> dict:
     one = elapsed_us(probe.replay) / 100
     del probe
     count = max(3, min(1000, math.ceil(WINDOW_US / one)))
-    row = {"launches": count, "recaptured": [], "one graph": [], "spun up": [], "names": set()}
+    row = {"launches": count, "recaptured": [], "one graph": [], "spun up": [], "names": set(),
+           "spans": []}
     kept = capture(gemm, count)
     for _ in range(requests):
+        began = time.time()
         a.normal_()
         b.normal_()
         graph = capture(gemm, count)
@@ -103,6 +109,7 @@ def measure(shape: str, requests: int, rounds: int, spin_ms: float) -> dict:
             graph.replay()
         row["spun up"].append(statistics.median(
             elapsed_us(graph.replay) / count for _ in range(rounds)))
+        row["spans"].append((began, time.time()))
         del graph
     row["names"] = sorted(row["names"])
     return row
