@@ -4,7 +4,13 @@
 # Nsight Compute (ncu). Where both kernels keep the tensor pipe about equally busy per
 # clock, the rest of the difference is clock (power), not the kernel.
 #
-#   bash benchmarks/ncu_tensor_pipe.sh OUT_DIR "MxNxK|program text" ...
+#   bash benchmarks/ncu_tensor_pipe.sh OUT_DIR "MxNxK|program text" ... [@FILE]
+#
+# @FILE: one "MxNxK|program text" job per line (# comments), e.g.
+# benchmarks/programs/ncu_v5_winners.txt. Each run profiles the third launch of the GEMM's
+# own kernel, picked by name (cuBLAS's nvjet/gemm kernels; CUTLASS's GemmUniversal for
+# cute_cpp, kernel_cutlass for cute_dsl, gf_ for triton), so stream-K's workspace resets
+# and the check's kernels are not counted.
 #
 # Metrics are taken from the first of each candidate list that this ncu knows
 # (--query-metrics); names differ between ncu releases. Needs access to the GPU's
@@ -31,14 +37,28 @@ metrics=$(IFS=,; echo "$(pick sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_p
 "$(pick dram__throughput.avg.pct_of_peak_sustained_elapsed)")
 metrics=$(sed 's/,,*/,/g; s/^,//; s/,$//' <<<"$metrics")
 echo "metrics: $metrics"
-for job in "$@"; do
+jobs=()
+for arg in "$@"; do
+  if [ "${arg:0:1}" = @ ]; then mapfile -t -O "${#jobs[@]}" jobs < <(grep -v '^#' "${arg:1}" | grep .)
+  else jobs+=("$arg"); fi
+done
+kernel_filter() {  # who, program text
+  case "$1:${2%% *}" in
+    cublas:*) echo "regex:nvjet|gemm|xmma";;
+    *:cute_cpp) echo "regex:GemmUniversal";;
+    *:cute_dsl) echo "regex:kernel_cutlass";;
+    *:triton) echo "regex:^gf_";;
+    *) echo "regex:^(?!.*(elementwise|distribution|reduce)).*$";;
+  esac
+}
+for job in "${jobs[@]}"; do
   shape=${job%%|*}; program=${job#*|}
   for who in cublas gemmforge; do
     args=(--shape "$shape" --calls 4)
     [ "$who" = gemmforge ] && args+=(--program "$program")
     tag="${shape}_${who}"
     "$NCU" --metrics "$metrics" --launch-skip 2 --launch-count 1 --clock-control none \
-      --kernel-name "regex:^(?!.*(elementwise|distribution|reduce)).*$" \
+      --kernel-name "$(kernel_filter "$who" "$program")" \
       --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
       >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
     echo "== $shape $who (rc $?)"
