@@ -53,11 +53,12 @@ kernel_filter() {  # who, program text
 }
 for job in "${jobs[@]}"; do
   shape=${job%%|*}; program=${job#*|}
-  for who in cublas gemmforge; do
+  for who in ${NCU_WHO:-cublas gemmforge}; do  # NCU_WHO=gemmforge: ours only
     args=(--shape "$shape" --calls 4)
     [ "$who" = gemmforge ] && args+=(--program "$program")
     tag="${shape}_${who}"
     "$NCU" --metrics "$metrics" --launch-skip 2 --launch-count 1 --clock-control none \
+      --kernel-name-base demangled \
       --kernel-name "$(kernel_filter "$who" "$program")" \
       --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
       >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
