@@ -91,13 +91,6 @@ def profiled(fn, calls: int, before=None) -> tuple[float, str]:
     return statistics.median(per_call(kernels, calls)), kernels[0][1]
 
 
-def alone_us(fn, refill, rounds: int) -> tuple[float, str]:
-    return profiled(fn, rounds, refill)
-
-
-def b2b_us(fn) -> float:
-    return profiled(fn, B2B_CALLS)[0]
-
 
 def gap_us(fn, refill, rounds: int) -> float:
     stream = torch.cuda.Stream()
@@ -153,12 +146,12 @@ def measure(shape: str, text: str, rounds: int) -> dict:
         b.normal_()
     row = {}
     for label, fn in (("ours", ours), ("torch", theirs)):
-        row[f"{label} alone"], row[f"{label} kernel"] = alone_us(fn, refill, rounds)
-        row[f"{label} b2b"] = b2b_us(fn)
+        row[f"{label} alone"], row[f"{label} kernel"] = profiled(fn, rounds, refill)
+        row[f"{label} b2b"] = profiled(fn, B2B_CALLS)[0]
         row[f"{label} gap"] = gap_us(fn, refill, rounds)
     row["carve functions"] = set_carveout(kern, CARVEOUT_MAX_SHARED)
-    row["carve alone"], _ = alone_us(ours, refill, rounds)
-    row["carve b2b"] = b2b_us(ours)
+    row["carve alone"], _ = profiled(ours, rounds, refill)
+    row["carve b2b"] = profiled(ours, B2B_CALLS)[0]
     row["carve gap"] = gap_us(ours, refill, rounds)
     for label in ("ours", "torch", "carve"):
         row[f"{label} start"] = row[f"{label} alone"] - row[f"{label} b2b"]

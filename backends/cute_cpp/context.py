@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from backends.cute_cpp.kernels import (
     ALIGNMENT_HALFS, DATA_PARALLEL_CTAS, SM80_SWIZZLE, SM80_UNIT_WARPS, SM90_KERNELS,
     SM90_RASTER_ORDER, SM90_REDUCTION, SM90_SMEM_BYTES, sm90_decomposition, sm90_tile_scheduler,
-    sm90_transposed,
+    sm90_tile, sm90_transposed,
 )
 from ir.program import Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule
 
@@ -95,20 +95,21 @@ def _sm90(p: Program, problem: Problem) -> Sm90Context:
     kernel = SM90_KERNELS[p.warp_spec]
     decomposition = sm90_decomposition(p.schedule, p.split_k.slices)
     scheduler = sm90_tile_scheduler(p.schedule, p.split_k.slices, p.warp_spec)
-    t, c, nt = p.tile, p.cluster, problem.layout == Layout.NT
+    c, nt = p.cluster, problem.layout == Layout.NT
     transposed = sm90_transposed(p.warp_spec, p.warps)
+    tile_m, tile_n = sm90_tile(p)
     if transposed:  # B^T is N x K: K-contiguous (RowMajor) for nt, N-contiguous for nn
-        frame = dict(tile_m=t.bn, tile_n=t.bm, cm=c.cn, cn=c.cm,
+        frame = dict(cm=c.cn, cn=c.cm,
                      cutlass_layout_a=_LAYOUT_TAG[nt], cutlass_layout_b=_LAYOUT_TAG[False],
                      cutlass_layout_d=_LAYOUT_TAG[False])
         order = RasterOrder.COL if p.raster.order == RasterOrder.ROW else RasterOrder.ROW
     else:            # B is K x N: K-contiguous (ColumnMajor) for nt, N-contiguous for nn
-        frame = dict(tile_m=t.bm, tile_n=t.bn, cm=c.cm, cn=c.cn,
+        frame = dict(cm=c.cm, cn=c.cn,
                      cutlass_layout_a=_LAYOUT_TAG[True], cutlass_layout_b=_LAYOUT_TAG[not nt],
                      cutlass_layout_d=_LAYOUT_TAG[True])
         order = p.raster.order
     return Sm90Context(
-        transposed=transposed, **frame,
+        transposed=transposed, tile_m=tile_m, tile_n=tile_n, **frame,
         kernel_schedule=kernel.schedule, epilogue_schedule=kernel.epilogues[p.epilogue],
         tile_scheduler=scheduler, scheduler_args=scheduler != "void",
         raster_order=SM90_RASTER_ORDER[order], max_swizzle=p.raster.group,

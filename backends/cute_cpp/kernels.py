@@ -85,6 +85,12 @@ def sm90_transposed(warp_spec: WarpSpec, warps: Warps) -> bool:
     return warp_spec == WarpSpec.COOPERATIVE and warps == SM90_TRANSPOSED_WARPS
 
 
+def sm90_tile(program) -> tuple[int, int]:
+    """The tile in CUTLASS's M x N: (bm, bn), or (bn, bm) for a transposed program."""
+    t = program.tile
+    return (t.bn, t.bm) if sm90_transposed(program.warp_spec, program.warps) else (t.bm, t.bn)
+
+
 # sm_80: the threadblock swizzle functor of cutlass::gemm::device::Gemm per IR raster.
 # GemmIdentityThreadblockSwizzle<G> launches blockIdx.x over M in bands of G tile columns
 # (IR col/G); gf::RowBandSwizzle<G> (templates/sm80.cuh.jinja) is its mirror image, along N

@@ -13,7 +13,7 @@ from ir.text import field_text
 from backends.cute_cpp.kernels import (
     ALIGNMENT_HALFS, SM80_BK, SM80_EPILOGUES, SM80_MIN_STAGES, SM80_UNIT_WARPS,
     SM80_WARP_GRAIN, SM90_COOP_M_GRAIN, SM90_KERNELS, SM90_MAX_CLUSTER, SM90_MAX_TILE,
-    SM90_SMEM_BYTES, SM90_SMEM_SLACK, sm90_transposed,
+    SM90_SMEM_BYTES, SM90_SMEM_SLACK, sm90_tile, sm90_transposed,
 )
 
 
@@ -74,7 +74,7 @@ def sm90_smem_bytes(p: Program) -> int:
     mainloop = p.stages * (t.bm + t.bn) * t.bk * HALF_BYTES
     epilogue = 0
     if p.epilogue.value == "tma":
-        tile_m, tile_n = (t.bn, t.bm) if sm90_transposed(p.warp_spec, p.warps) else (t.bm, t.bn)
+        tile_m, tile_n = sm90_tile(p)
         epi_m = min(128 if p.warp_spec.value == "cooperative" else 64, tile_m)
         epi_n = min(32, tile_n)
         stages_d = min((tile_m // epi_m) * (tile_n // epi_n), 2)
