@@ -6,14 +6,24 @@ Per shape, the first program of triton_sample.SWEEP that verify accepts is measu
 in one batch (search.env.evaluate, kernel protocol, cuBLAS interleaved), once per setting
 below. The spread of a pair is |t1 - t2| / mean, for the kernel time and for its ratio to
 the interleaved cuBLAS (which cancels clock drift common to both). Printed per setting:
-median and max over shapes, and the worst shape.
+median and max over shapes, the worst shape, and the wall time of one pair's batch.
 
-Settings (BenchSettings): rounds x graph length, statistic, memory:
-  5 x 2 ms median               the default (what triton_sample and the tuner use)
-  10 x 10 ms median             longer and more windows
+Two ways a batch is timed (BenchSettings.interleave):
+  alone     each request on its own, one after the other, each against its own cuBLAS
+            rounds: the two timings are tens of ms apart, so the pair's spread includes the
+            GPU's slow spells that last that long (benchmarks/NOTES.md)
+  grouped   both requests in one group (search.bench.run_group): every round times both
+            copies and cuBLAS, so the pair's spread is the protocol's own noise at one time,
+            which is what decides a comparison of two candidates of one batch
+
+Settings: rounds x graph length, statistic, memory, batch:
+  5 x 2 ms median               the default rounds, alone (how batches were timed before groups)
+  5 x 2 ms median, grouped      the default (what triton_sample, the tuner and evaluate use)
+  10 x 10 ms median             longer and more windows, alone
+  10 x 10 ms median, grouped    the same, grouped
   10 x 10 ms median, fresh      each request on newly allocated buffers (reuse_operands
-                                off: how requests were timed before the worker's pool)
-  10 x 10 ms min                the fastest window instead of the median
+                                off: how requests were timed before the worker's pool), alone
+  10 x 10 ms min                the fastest window instead of the median, alone
   60 x 1 ms median              many short windows: each round's candidate/cuBLAS pair runs
                                 within ~3 ms, so clock swings under the power cap hit both
   120 x 1 ms median             the same, twice the rounds
@@ -27,6 +37,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,15 +49,18 @@ from search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from search.records import BenchSettings  # noqa: E402
 from triton_sample import SWEEP  # noqa: E402
 
+_KERNEL = {"protocols": ("kernel",)}
 SETTINGS = {
-    "5 x 2 ms median": BenchSettings(protocols=("kernel",), rounds=5, graph_us=2000),
-    "10 x 10 ms median": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000),
-    "10 x 10 ms median, fresh": BenchSettings(protocols=("kernel",), rounds=10,
-                                              graph_us=10000, reuse_operands=False),
-    "10 x 10 ms min": BenchSettings(protocols=("kernel",), rounds=10, graph_us=10000,
-                                    statistic="min"),
-    "60 x 1 ms median": BenchSettings(protocols=("kernel",), rounds=60, graph_us=1000),
-    "120 x 1 ms median": BenchSettings(protocols=("kernel",), rounds=120, graph_us=1000),
+    "5 x 2 ms median": BenchSettings(**_KERNEL, rounds=5, graph_us=2000, interleave=False),
+    "5 x 2 ms median, grouped": BenchSettings(**_KERNEL, rounds=5, graph_us=2000),
+    "10 x 10 ms median": BenchSettings(**_KERNEL, rounds=10, graph_us=10000, interleave=False),
+    "10 x 10 ms median, grouped": BenchSettings(**_KERNEL, rounds=10, graph_us=10000),
+    "10 x 10 ms median, fresh": BenchSettings(**_KERNEL, rounds=10, graph_us=10000,
+                                              reuse_operands=False, interleave=False),
+    "10 x 10 ms min": BenchSettings(**_KERNEL, rounds=10, graph_us=10000, statistic="min",
+                                    interleave=False),
+    "60 x 1 ms median": BenchSettings(**_KERNEL, rounds=60, graph_us=1000, interleave=False),
+    "120 x 1 ms median": BenchSettings(**_KERNEL, rounds=120, graph_us=1000, interleave=False),
 }
 
 
@@ -63,12 +77,15 @@ def main() -> int:
     args = ap.parse_args()
     chosen = {name: SETTINGS[name] for name in args.setting or SETTINGS}
     pairs: dict[str, list] = {name: [] for name in chosen}
+    wall: dict[str, list[float]] = {name: [] for name in chosen}
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for problem in parse_shapes(args.shapes):
             program = next(p for p in map(parse, SWEEP) if check(p, problem) is None)
             for name, settings in chosen.items():
+                start = time.perf_counter()
                 r1, r2 = evaluate([program, program], problem, device_runner=runner,
                                   builders=builders, settings=settings)
+                wall[name].append(time.perf_counter() - start)
                 if r1.ok and r2.ok:
                     pairs[name].append((str(problem), r1.kernel_us, r2.kernel_us,
                                         r1.speedup, r2.speedup))
@@ -82,7 +99,8 @@ def main() -> int:
         print(f"{name:26s} over {len(rows)} shapes: kernel time median "
               f"{100 * statistics.median(kernel):.2f}% max {100 * max(kernel):.2f}%; ratio to "
               f"cuBLAS median {100 * statistics.median(ratio):.2f}% max {100 * max(ratio):.2f}% "
-              f"({worst[0]}, {worst[1]:.1f} us)")
+              f"({worst[0]}, {worst[1]:.1f} us); "
+              f"{1e3 * statistics.median(wall[name]):.0f} ms per pair (median)")
     if args.json:
         args.json.write_text(json.dumps(pairs, indent=1))
     return 0

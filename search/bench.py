@@ -1,29 +1,37 @@
-"""What a GPU worker runs for one request: correctness gate, timing against cuBLAS, re-check.
+"""What a GPU worker runs for a batch of requests: correctness gates, timing against cuBLAS.
 
-    result = run_request(request, artifact_record)     # inside a worker (search.measure)
+    result = run_request(request, artifact_record)          # one program, inside a worker
+    results = run_group(requests, artifact_records)         # several, timed interleaved
 
-Steps: load the artifact; the gate (search.gate) on fresh random inputs; calibration; the
-timing protocols that `request.settings` lists, each interleaving the candidate with cuBLAS
-NN and TN over rounds (BenchSettings' docstring counts every launch); a last gate run into
-a NaN-filled output; plausibility flags against the chip's limits. Times are microseconds
-per GEMM. A wrong output raises gate.GateFailure; any other exception (a CUDA error
-included) propagates: the worker turns it into a `runtime` Result and exits, because a
-CUDA context that has seen an error can't be trusted.
+Steps: load the artifacts; each candidate's gate (search.gate) on fresh random inputs;
+calibration; the timing protocols that the settings list (search.timing), each
+interleaving the candidates with cuBLAS NN and TN over rounds (BenchSettings' docstring
+counts every launch); a last gate run per candidate into a NaN-filled output;
+plausibility flags against the chip's limits. Times are microseconds per GEMM.
+
+A group is what search.measure sends for the requests of one batch that share a problem
+and settings (BenchSettings.interleave): every round then visits every candidate, so a
+slow spell of the GPU (they last tens of ms, benchmarks/NOTES.md) lands on all of them
+alike instead of on whichever request was running, and cuBLAS is timed once per round
+for the whole group instead of once per request. In a group a wrong output makes that
+candidate's Result `wrong` and the rest go on; any other exception (a CUDA error
+included) propagates, and the caller measures the group's requests one by one. For one
+request, a wrong output raises gate.GateFailure and any other exception propagates: the
+worker turns it into a `runtime` Result and exits, because a CUDA context that has seen
+an error can't be trusted.
 
 Constraints:
   - a kernel must be capturable in a CUDA graph (no allocation or synchronisation in launch);
-  - the artifact's layout and accumulator must match the request's problem.
+  - the artifacts' layout and accumulator must match the requests' problem;
+  - the requests of a group share one problem and one BenchSettings.
 """
 from __future__ import annotations
 
-import math
-import random
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable
+from typing import Sequence
 
-from search import gate
+from search import gate, timing
 from search.operands import OperandPool
 from search.records import IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result
 
@@ -60,26 +68,17 @@ def healthy() -> bool:
         return False
 
 
-@dataclass
-class _Contender:
-    """One GEMM implementation under test: `launch` enqueues C = A @ B into fixed buffers on
-    the current stream; `call` is the user-facing Python call (allocates its output)."""
-
-    name: str
-    launch: Callable[[], None]
-    call: Callable[[], object]
-
-
 _POOL = OperandPool()
 
 
 class _Buffers:
-    """The operands every contender shares: a (m, k), b as K x N and as N x K, outputs;
-    from the worker's OperandPool when `reuse`, with fresh values drawn from `seed`."""
+    """The operands every contender shares: a (m, k), b as K x N and as N x K, outputs,
+    and one workspace as large as the largest any of `kernels` asks for; from the worker's
+    OperandPool when `reuse`, with fresh values drawn from `seed`."""
 
-    def __init__(self, problem, kernel, seed: int, reuse: bool = True):
+    def __init__(self, problem, kernels: Sequence, seed: int, reuse: bool = True):
         import torch
-        self.problem, self.kernel = problem, kernel
+        self.problem, self.kernels = problem, list(kernels)
         if reuse:
             t = _POOL.take(problem)
             self.a, self.b_kn, self.b_nk, self.c, self.c_blas = (
@@ -96,7 +95,7 @@ class _Buffers:
             self.b_nk = b if str(problem.layout) == "nt" else b.t().contiguous()
             self.c = torch.empty((problem.m, problem.n), dtype=torch.float16, device="cuda")
             self.c_blas = torch.empty_like(self.c)
-        self.ws_bytes = kernel.workspace_bytes(problem.m, problem.n, problem.k)
+        self.ws_bytes = max((self._ws_need(k) for k in self.kernels), default=0)
         ws = t.get("ws") if reuse else None
         if ws is None or ws.numel() < self.ws_bytes:
             ws = torch.empty(max(self.ws_bytes, 1), dtype=torch.uint8, device="cuda")
@@ -104,148 +103,47 @@ class _Buffers:
                 t["ws"] = ws  # grown to the largest workspace a candidate asked for
         self.ws = ws
 
+    def _ws_need(self, kernel) -> int:
+        p = self.problem
+        return kernel.workspace_bytes(p.m, p.n, p.k)
+
     @property
     def b(self):
         return self.b_kn if str(self.problem.layout) == "nn" else self.b_nk
 
-    def launch_into(self, a, b, out) -> None:
-        """The lean launch path: raw pointers, the request's workspace, current stream."""
+    def launch_into(self, kernel, a, b, out) -> None:
+        """The lean launch path of `kernel`: raw pointers, the shared workspace (its own
+        size), the current stream."""
         import torch
-        p = self.problem
-        self.kernel.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), p.m, p.n, p.k,
-                           self.ws.data_ptr() if self.ws_bytes else 0, self.ws_bytes,
-                           torch.cuda.current_stream().cuda_stream)
+        p, need = self.problem, self._ws_need(kernel)
+        kernel.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), p.m, p.n, p.k,
+                      self.ws.data_ptr() if need else 0, need,
+                      torch.cuda.current_stream().cuda_stream)
+
+    def launcher(self, kernel):
+        """launch(a, b, out) for the gate: `kernel` into the given tensors."""
+        return lambda a, b, out: self.launch_into(kernel, a, b, out)
 
     def refill(self) -> None:
         """Fresh input values (the call protocols' "fresh inputs each time")."""
         for t in (self.a, self.b_kn, self.b_nk):
             t.normal_()
 
-    def contenders(self) -> list[_Contender]:
+    def contenders(self, kernels: Sequence) -> list[timing.Contender]:
+        """candidate0, candidate1, ... (one per kernel), then cublas_nn and cublas_tn."""
         import torch
-        return [
-            _Contender("candidate", lambda: self.launch_into(self.a, self.b, self.c),
-                       lambda: self.kernel(self.a, self.b)),
-            _Contender("cublas_nn", lambda: torch.matmul(self.a, self.b_kn, out=self.c_blas),
-                       lambda: torch.matmul(self.a, self.b_kn)),
-            _Contender("cublas_tn", lambda: torch.matmul(self.a, self.b_nk.t(), out=self.c_blas),
-                       lambda: torch.matmul(self.a, self.b_nk.t())),
-        ]
 
-
-def _elapsed_us(enqueue: Callable[[], None]) -> float:
-    """GPU time of what `enqueue` puts on the current stream, in us. The device-wide sync
-    before the end event makes work hidden on any other stream count too."""
-    import torch
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    enqueue()
-    torch.cuda.synchronize()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3
-
-
-def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
-    def run():
-        for _ in range(n):
-            fn()
-    return run
-
-
-def _graph(enqueue: Callable[[], None], stream):
-    """A CUDA graph of what `enqueue` launches, captured on `stream` and replayed once
-    (untimed: the first replay uploads the graph)."""
-    import torch
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        enqueue()
-    g.replay()
-    return g
-
-
-def _count(settings: BenchSettings, per_launch_us: float) -> int:
-    want = math.ceil(settings.graph_us / max(per_launch_us, 1e-3))
-    return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
-
-
-def _interleave(contenders, rounds: int, sample: Callable) -> dict[str, list[float]]:
-    """`rounds` samples per contender; each round visits all of them, in alternating order."""
-    out = {c.name: [] for c in contenders}
-    for r in range(rounds):
-        for c in (contenders if r % 2 == 0 else contenders[::-1]):
-            out[c.name].append(sample(c))
-    return out
-
-
-def _kernel_protocol(cs, settings, counts, stream) -> dict[str, list[float]]:
-    graphs = {c.name: _graph(_repeat(c.launch, counts[c.name]), stream) for c in cs}
-    return _interleave(cs, settings.rounds,
-                       lambda c: _elapsed_us(graphs[c.name].replay) / counts[c.name])
-
-
-def _cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
-    """Per launch, L2 flushed before each: graph(n x (flush, launch)) - graph(n x flush)."""
-    import torch
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    junk = torch.empty(int(l2 * settings.l2_flush_factor), dtype=torch.uint8, device="cuda")
-    flush = junk.zero_
-    flush_us = _elapsed_us(_repeat(flush, 3)) / 3
-    n = {c.name: _count(settings, times[c.name] + flush_us) for c in cs}
-
-    def pair(c):
-        return lambda: (flush(), c.launch())
-    both = {c.name: _graph(_repeat(pair(c), n[c.name]), stream) for c in cs}
-    alone = {c.name: _graph(_repeat(flush, n[c.name]), stream) for c in cs}
-    return _interleave(cs, settings.rounds, lambda c: (
-        _elapsed_us(both[c.name].replay) - _elapsed_us(alone[c.name].replay)) / n[c.name])
-
-
-def _call_us(c: _Contender, refill: Callable[[], None], idle_s: float = 0.0) -> float:
-    """Wall-clock us of one Python call + device-wide sync, on freshly written inputs."""
-    import torch
-    refill()
-    torch.cuda.synchronize()
-    if idle_s:
-        time.sleep(idle_s)
-    t0 = time.perf_counter_ns()
-    c.call()
-    torch.cuda.synchronize()
-    return (time.perf_counter_ns() - t0) / 1e3
-
-
-def _call_protocol(cs, settings, bufs) -> dict[str, list[float]]:
-    for c in cs:
-        _call_us(c, bufs.refill)  # one warm call: allocator and handles
-    return _interleave(cs, settings.rounds * settings.call_repeats,
-                       lambda c: _call_us(c, bufs.refill))
-
-
-def _server_protocol(cs, settings, bufs, seed: int) -> dict[str, list[float]]:
-    rng = random.Random(seed)
-    return _interleave(cs, settings.server_calls, lambda c: _call_us(
-        c, bufs.refill, rng.uniform(0.0, settings.server_max_gap_ms) / 1e3))
-
-
-def _stat(settings: BenchSettings, samples: list[float]) -> float:
-    return statistics.median(samples) if settings.statistic == "median" else min(samples)
-
-
-def _best_blas(settings, samples: dict[str, list[float]]) -> float:
-    return min(_stat(settings, samples[n]) for n in ("cublas_nn", "cublas_tn") if n in samples)
-
-
-def _per_round_speedups(samples: dict[str, list[float]]) -> tuple[list[float], list[float]]:
-    """(per round, cuBLAS's best time / the candidate's; per round, cuBLAS's best time)."""
-    blas = [min(nn, tn) for nn, tn in zip(samples["cublas_nn"], samples["cublas_tn"])]
-    return [b / c if c > 0 else math.inf for b, c in zip(blas, samples["candidate"])], blas
-
-
-def _spread(xs: list[float]) -> float:
-    """(max - min) / median."""
-    mid = statistics.median(xs)
-    return (max(xs) - min(xs)) / mid if mid > 0 else math.inf
+        def candidate(i, kernel):
+            return timing.Contender(
+                f"candidate{i}", lambda: self.launch_into(kernel, self.a, self.b, self.c),
+                lambda: kernel(self.a, self.b))
+        return [*(candidate(i, k) for i, k in enumerate(kernels)),
+                timing.Contender("cublas_nn",
+                                 lambda: torch.matmul(self.a, self.b_kn, out=self.c_blas),
+                                 lambda: torch.matmul(self.a, self.b_kn)),
+                timing.Contender("cublas_tn",
+                                 lambda: torch.matmul(self.a, self.b_nk.t(), out=self.c_blas),
+                                 lambda: torch.matmul(self.a, self.b_nk.t()))]
 
 
 def plausibility_flags(problem, device_name: str, times: dict[str, float | None]) -> list[str]:
@@ -275,63 +173,64 @@ def plausibility_flags(problem, device_name: str, times: dict[str, float | None]
     return flags
 
 
-SLOW_CONFIRMATIONS = 2
+def _best_blas(settings, samples: dict[str, list[float]]) -> float:
+    return min(timing.stat(settings, samples[n]) for n in ("cublas_nn", "cublas_tn"))
 
 
-def _calibrate(c: _Contender, settings, cutoff_us: float = math.inf) -> tuple[float, float]:
-    """(time of one launch alone, time per launch over `warmup` back to back), in us; the
-    warm-up is skipped (and the one-launch time returned twice) above `cutoff_us`. A launch
-    above `cutoff_us` is timed again, up to SLOW_CONFIRMATIONS times, and the fastest
-    counts: the first launches on an idle GPU (clocks ramping up, a module loading) can
-    take hundreds of times longer than the kernel."""
-    one = _elapsed_us(c.launch)
-    for _ in range(SLOW_CONFIRMATIONS if one > cutoff_us else 0):
-        one = min(one, _elapsed_us(c.launch))  # a one-off stall is not a slow kernel
-        if one <= cutoff_us:
-            break
-    if one > cutoff_us or not settings.warmup:
-        return one, one
-    return one, _elapsed_us(_repeat(c.launch, settings.warmup)) / settings.warmup
-
-
-def _time_all(bufs: _Buffers, settings: BenchSettings, seed: int) -> tuple[dict, list[str]]:
-    """Run the protocols; return (Result time fields, flags)."""
-    import torch
-    cs = bufs.contenders()
-    cand, blas = cs[0], cs[1:]
-    warm = {c.name: _calibrate(c, settings)[1] for c in blas}
+def _time_group(bufs: _Buffers, kernels: Sequence, settings: BenchSettings,
+                seed: int) -> list[tuple[dict, list[str]]]:
+    """Run the protocols for every kernel at once; per kernel, (Result time fields, flags).
+    A kernel whose calibration launch is over slow_cutoff x cuBLAS's is cut short alone."""
+    cs = bufs.contenders(kernels)
+    cands, blas = cs[:-2], cs[-2:]
+    warm = {c.name: timing.calibrate(c, settings)[1] for c in blas}
     blas_us = min(warm.values())
-    cand_one, warm["candidate"] = _calibrate(cand, settings, settings.slow_cutoff * blas_us)
-    if cand_one > settings.slow_cutoff * blas_us:
-        return {"kernel_us": cand_one, "cublas_us": blas_us}, [
-            f"slow: one launch took {cand_one / blas_us:.1f}x cuBLAS "
-            f"(> slow_cutoff {settings.slow_cutoff}); timing cut short"]
+    cutoff = settings.slow_cutoff * blas_us
+    out, timed = {}, []
+    for c in cands:
+        one, warm[c.name] = timing.calibrate(c, settings, cutoff)
+        if one > cutoff:
+            out[c.name] = ({"kernel_us": one, "cublas_us": blas_us}, [
+                f"slow: one launch took {one / blas_us:.1f}x cuBLAS "
+                f"(> slow_cutoff {settings.slow_cutoff}); timing cut short"])
+        else:
+            timed.append(c)
+    if timed:
+        out.update(_time_protocols(bufs, timed, blas, settings, warm, seed))
+    return [out[c.name] for c in cands]
+
+
+def _time_protocols(bufs, timed, blas, settings, warm, seed) -> dict[str, tuple[dict, list]]:
+    import torch
     stream = torch.cuda.current_stream()
-    counts = {c.name: _count(settings, warm[c.name]) for c in cs}
-    kernel = _kernel_protocol(cs, settings, counts, stream)
-    speedups, blas_rounds = _per_round_speedups(kernel)
-    out = {"kernel_us": _stat(settings, kernel["candidate"]),
-           "cublas_us": _best_blas(settings, kernel), "spread": _spread(speedups),
-           "cublas_spread": _spread(blas_rounds)}
-    if settings.statistic == "median":  # each round's pair ran within one round's time
-        out["paired_speedup"] = statistics.median(speedups)
+    counts = {c.name: timing.launches_per_graph(settings, warm[c.name]) for c in timed + blas}
+    kernel = timing.kernel_protocol(timed + blas, settings, counts, stream)
+    out = {}
+    for c in timed:
+        speedups, blas_rounds = timing.per_round_speedups(kernel, c.name)
+        out[c.name] = {"kernel_us": timing.stat(settings, kernel[c.name]),
+                       "cublas_us": _best_blas(settings, kernel),
+                       "spread": timing.spread(speedups),
+                       "cublas_spread": timing.spread(blas_rounds)}
+        if settings.statistic == "median":  # each round's pair ran within one round's time
+            out[c.name]["paired_speedup"] = statistics.median(speedups)
     # The other protocols time cuBLAS's layout that won the kernel protocol. Taking the
     # lower of the NN and TN medians again would pick whichever drew the luckier noise, a
     # bias of its own in the noisy call timings (two equal calls' min reads low).
-    best = min(blas, key=lambda c: _stat(settings, kernel[c.name]))
-    if "cold" in settings.protocols:
-        cold = _cold_protocol([cand, best], settings, warm, stream)
-        out.update(cold_us=_stat(settings, cold["candidate"]),
-                   cublas_cold_us=_stat(settings, cold[best.name]))
-    if "call" in settings.protocols:
-        call = _call_protocol([cand, best], settings, bufs)
-        out.update(call_us=_stat(settings, call["candidate"]),
-                   cublas_call_us=_stat(settings, call[best.name]))
-    if "server" in settings.protocols:
-        server = _server_protocol([cand, best], settings, bufs, seed)
-        out.update(server_us=_stat(settings, server["candidate"]),
-                   cublas_server_us=_stat(settings, server[best.name]))
-    return out, []
+    best = min(blas, key=lambda c: timing.stat(settings, kernel[c.name]))
+    others = {
+        "cold": lambda cs: timing.cold_protocol(cs, settings, warm, stream),
+        "call": lambda cs: timing.call_protocol(cs, settings, bufs.refill),
+        "server": lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
+    }
+    for name, protocol in others.items():
+        if name in settings.protocols:
+            samples = protocol(timed + [best])
+            for c in timed:
+                out[c.name].update({f"{name}_us": timing.stat(settings, samples[c.name]),
+                                    f"cublas_{name}_us": timing.stat(settings,
+                                                                     samples[best.name])})
+    return {name: (times, []) for name, times in out.items()}
 
 
 def run_request(request: MeasureRequest, artifact: ArtifactRecord, *, load=None) -> Result:
@@ -340,26 +239,76 @@ def run_request(request: MeasureRequest, artifact: ArtifactRecord, *, load=None)
     `load` (default compiler.runtime.load) turns the Artifact into a Kernel: tests pass a
     wrapper to inject faults. Raises gate.GateFailure for a wrong output, RuntimeError (or
     any other exception) for a failure to launch or run."""
+    return _measure([request], [artifact], load=load, isolate_wrong=False)[0]
+
+
+def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRecord], *,
+              load=None) -> list[Result]:
+    """Gate every request, time them all interleaved (one group), re-check each; one Result
+    per request, in order: ok, or `wrong` for an output that failed its gate. Raises
+    ValueError for requests that don't share a problem and settings, RuntimeError (or any
+    other exception) for a failure to load, launch or run any of them, and RuntimeError
+    when the CUDA context fails its health check after a wrong output. measure_s of each
+    Result is the group's time over its number of requests."""
+    first = requests[0] if requests else None
+    if not requests or len(requests) != len(artifacts) or any(
+            (r.m, r.n, r.k, r.layout, r.acc, r.settings)
+            != (first.m, first.n, first.k, first.layout, first.acc, first.settings)
+            for r in requests):
+        raise ValueError("a group is one or more requests (each with its artifact) for one "
+                         "problem with one BenchSettings")
+    return _measure(list(requests), list(artifacts), load=load, isolate_wrong=True)
+
+
+def _measure(requests, artifacts, *, load, isolate_wrong: bool) -> list[Result]:
     import torch
     from compiler.runtime import load as runtime_load
     start = time.perf_counter()
-    problem, art = request.problem(), artifact.to_artifact()
-    if (art.layout, art.acc) != (problem.layout, problem.acc):
-        raise RuntimeError(f"artifact computes {art.layout}/{art.acc}, the request asks for "
-                           f"{problem.layout}/{problem.acc}")
-    kernel = (load or runtime_load)(art)
-    settings, sync = request.settings, torch.cuda.synchronize
+    problem, settings, sync = requests[0].problem(), requests[0].settings, torch.cuda.synchronize
+    for art in artifacts:
+        if (art.layout, art.acc) != (str(problem.layout), str(problem.acc)):
+            raise RuntimeError(f"artifact {art.key} computes {art.layout}/{art.acc}, the "
+                               f"request asks for {problem.layout}/{problem.acc}")
+    kernels = [(load or runtime_load)(art.to_artifact()) for art in artifacts]
+    results: dict[int, Result] = {}
+    errs: dict[int, float] = {}
+
+    def checked(i: int, check) -> None:
+        """Run a gate check of request i; with isolate_wrong, a wrong output fails request
+        i alone (if the context is still healthy), else GateFailure propagates."""
+        try:
+            errs[i] = max(errs.get(i, 0.0), check())
+        except gate.GateFailure as e:
+            if not isolate_wrong:
+                raise
+            if not healthy():
+                raise RuntimeError(f"the CUDA context failed its health check after a wrong "
+                                   f"output of {requests[i].program}: {e}") from None
+            results[i] = Result.failure(requests[i], "wrong", str(e))
+
     # One side stream for everything: graphs can't be captured on the legacy default stream,
     # and calibration then warms the very stream the graphs are captured on.
     with torch.cuda.stream(torch.cuda.Stream()):
-        bufs = _Buffers(problem, kernel, request.seed, settings.reuse_operands)
-        err = gate.gate(bufs.launch_into, problem, device="cuda", seed=request.seed,
-                        exact_check=settings.exact_check, sync=sync)
-        times, flags = _time_all(bufs, settings, request.seed)
-        err = max(err, gate.run_once(bufs.launch_into, problem, device="cuda",
-                                     seed=request.seed + 2, sync=sync))
+        bufs = _Buffers(problem, kernels, requests[0].seed, settings.reuse_operands)
+        for i, (req, kernel) in enumerate(zip(requests, kernels)):
+            checked(i, lambda: gate.gate(bufs.launcher(kernel), problem, device="cuda",
+                                         seed=req.seed, exact_check=settings.exact_check,
+                                         sync=sync))
+        live = [i for i in range(len(requests)) if i not in results]
+        timed = dict(zip(live, _time_group(bufs, [kernels[i] for i in live], settings,
+                                           requests[0].seed)))
+        for i in live:
+            checked(i, lambda: gate.run_once(bufs.launcher(kernels[i]), problem,
+                                             device="cuda", seed=requests[i].seed + 2,
+                                             sync=sync))
     device = torch.cuda.get_device_name()
-    checked = {name: times.get(f"{name}_us") for name in ("kernel", "cold", "call", "server")}
-    flags += plausibility_flags(problem, device, checked)
-    return Result.for_request(request, device=device, rel_err=err, flags=tuple(flags),
-                              measure_s=time.perf_counter() - start, **times)
+    measure_s = (time.perf_counter() - start) / len(requests)
+    for i, (times, flags) in timed.items():
+        if i in results:  # wrong at the re-check
+            continue
+        checked_times = {name: times.get(f"{name}_us")
+                         for name in ("kernel", "cold", "call", "server")}
+        flags = [*flags, *plausibility_flags(problem, device, checked_times)]
+        results[i] = Result.for_request(requests[i], device=device, rel_err=errs[i],
+                                        flags=tuple(flags), measure_s=measure_s, **times)
+    return [results[i] for i in range(len(requests))]

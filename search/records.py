@@ -94,6 +94,14 @@ class BenchSettings(_Record):
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
     kernel_us is that one launch, and the Result is flagged "slow".
 
+    Batches: with interleave (the default), search.measure times the requests of one
+    batch that share a problem and these settings as one group (search.bench.run_group):
+    every round visits every candidate of the group, then cuBLAS NN and TN once, so the
+    counts above hold per candidate while cuBLAS's kernel and calibration launches are
+    paid once per group. Each round's pairs still set each candidate's paired speedup.
+    In cold, call and server the rounds visit every candidate and cuBLAS's winning layout.
+    Without it every request is timed alone against its own cuBLAS rounds.
+
     Memory: with reuse_operands (the default) a worker keeps the operand and output tensors
     of its recent problems (search.operands.OperandPool) and draws fresh values into them for
     each request, so every request for a problem is timed on the same memory; without it
@@ -121,6 +129,7 @@ class BenchSettings(_Record):
     slow_cutoff: float = 20.0
     timeout_s: float = 120.0
     reuse_operands: bool = True
+    interleave: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "protocols", tuple(self.protocols))

@@ -10,11 +10,17 @@ module defines `setup(device) -> dict`, a run worker calls it once at start and 
 what it returns (the device's "sm" and name); `healthy() -> bool`, if defined, is asked
 after a wrong answer whether the process can go on.
 
-Protocol. The worker first writes {"ready": pid, "info": {...}} (or {"setup_error": text}
-and exits). Then, per request line:
+Groups: if SPEC's module also defines `run_group(requests, artifacts) -> [Result]`
+(search.bench does), a run worker takes several requests of one problem in one message
+and times them together; the ready line says so ("groups": true).
+
+Protocol. The worker first writes {"ready": pid, "info": {...}, "groups": bool} (or
+{"setup_error": text} and exits). Then, per request line:
   build: {"request": MeasureRequest, "target_sm": int | null}
          -> {"artifact": ArtifactRecord, "build_s": s} | {"failure": kind, "message": text}
   run:   {"request": MeasureRequest, "artifact": ArtifactRecord} -> {"result": Result}
+         {"requests": [MeasureRequest], "artifacts": [ArtifactRecord]}
+         -> {"results": [Result]} | {"group_error": text} (then the worker exits)
 Replies travel on the process's original stdout; fd 1 is pointed at stderr at start, so a
 stray print (or a kernel's printf) can't corrupt the protocol. After any exception in a run
 (a CUDA error poisons the context) and after a wrong answer that leaves the worker
@@ -93,6 +99,8 @@ def handle_build(builder, module, msg: dict) -> tuple[dict, bool]:
 def handle_run(runner, module, msg: dict) -> tuple[dict, bool]:
     """Run one measurement; a GateFailure is `wrong`, any other exception `runtime` (and the
     worker exits: its CUDA context may be poisoned)."""
+    if "requests" in msg:
+        return _handle_group(module, msg)
     request = MeasureRequest.from_dict(msg["request"])
     artifact = ArtifactRecord.from_dict(msg["artifact"])
     try:
@@ -106,6 +114,19 @@ def handle_run(runner, module, msg: dict) -> tuple[dict, bool]:
                                      "fresh one)"
         return {"result": Result.failure(request, "runtime", message).to_dict()}, True
     return {"result": result.to_dict()}, False
+
+
+def _handle_group(module, msg: dict) -> tuple[dict, bool]:
+    """Run one group through the module's run_group. Any exception fails the whole group
+    (and the worker exits): the parent then measures its requests one by one, which
+    tells the request at fault from the others."""
+    requests = [MeasureRequest.from_dict(d) for d in msg["requests"]]
+    artifacts = [ArtifactRecord.from_dict(d) for d in msg["artifacts"]]
+    try:
+        results = module.run_group(requests, artifacts)
+    except Exception as e:
+        return {"group_error": _failure_text(e) + f"\n(worker {os.getpid()} exits)"}, True
+    return {"results": [r.to_dict() for r in results]}, False
 
 
 def _healthy(module) -> bool:
@@ -135,7 +156,8 @@ def _start(role: str, spec: str, device: int | None, out):
     except Exception as e:
         _send(out, {"setup_error": _failure_text(e)})
         return None
-    _send(out, {"ready": os.getpid(), "info": info or {}})
+    groups = role == "run" and callable(getattr(module, "run_group", None))
+    _send(out, {"ready": os.getpid(), "info": info or {}, "groups": groups})
     return fn, module
 
 

@@ -3,9 +3,13 @@
 Workers load them by file path (search.worker's "/path/fault_hooks.py:run"), so they
 really run inside a worker process, and what they do to it is real: os.abort() and
 os._exit() kill it, time.sleep() hangs it. Which fault happens is chosen by the request's
-m (a real-looking Problem needs no extra field). The OK and WRONG paths run the real
-correctness gate (search.gate) on CPU with a fake kernel written in torch; QUICK_OK skips
-it (no torch import: cheaper where a test only needs an ok answer).
+m (a real-looking Problem needs no extra field), or by its seed where the seed is one of
+the codes below (the requests of a group share m). run_group times a group the way
+search.bench.run_group does, as far as faults go: a wrong output fails its request, any
+other fault the whole group; its ok Results carry the flag "group of N". The OK and
+WRONG paths run the real correctness gate (search.gate) on CPU with a fake kernel written
+in torch; QUICK_OK skips it (no torch import: cheaper where a test only needs an ok
+answer).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import time
 from pathlib import Path
 
 from search import gate
-from search.records import ArtifactRecord, Result
+from search.records import ArtifactRecord, Result, replace
 
 OK, ABORT, EXIT, HANG, RAISE, CUDA_ERROR, WRONG, UNWRITTEN, SPAWN, QUICK_OK = range(11, 21)
 FAKE_KERNEL_US, FAKE_CUBLAS_US = 10.0, 12.0
@@ -43,9 +47,14 @@ def _skips_last_row(a, b, out):
     out[:-1].copy_(gate.reference(a, b, "nn")[:-1].half())
 
 
+def behaviour(request) -> int:
+    """The fault code of a request: its seed if that is one, else its m."""
+    return request.seed if OK <= request.seed <= QUICK_OK else request.m
+
+
 def run(request, artifact: ArtifactRecord) -> Result:
-    """The fake kernel runner: behaviour by request.m (see the constants above)."""
-    m = request.m
+    """The fake kernel runner: behaviour by request.m or seed (see the constants above)."""
+    m = behaviour(request)
     if m == ABORT:
         os.abort()
     if m == EXIT:
@@ -61,6 +70,17 @@ def run(request, artifact: ArtifactRecord) -> Result:
                                               seed=request.seed)
     return Result.for_request(request, device="fake", rel_err=err, kernel_us=FAKE_KERNEL_US,
                               cublas_us=FAKE_CUBLAS_US, message=f"pid {os.getpid()}")
+
+
+def run_group(requests, artifacts) -> list[Result]:
+    results = []
+    for request, artifact in zip(requests, artifacts):
+        try:
+            r = run(request, artifact)
+            results.append(replace(r, flags=(*r.flags, f"group of {len(requests)}")))
+        except gate.GateFailure as e:
+            results.append(Result.failure(request, "wrong", str(e)))
+    return results
 
 
 def build(request, target_sm) -> ArtifactRecord:

@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from search import bench, gate
+from search import bench, gate, timing
 from search.records import ArtifactRecord, BenchSettings, MeasureRequest
 
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
@@ -77,10 +77,18 @@ class SimulatedCuda:
 
 
 class FakeKernel:
-    """compiler.runtime.Kernel's surface, computing with the simulation's kernel_fn."""
+    """compiler.runtime.Kernel's surface, computing with the simulation's kernel_fn in
+    `us` per launch (default: the simulation's candidate_us)."""
 
-    def __init__(self, sim: SimulatedCuda, layout: str):
+    def __init__(self, sim: SimulatedCuda, layout: str, us: float | None = None, fn=None):
         self.sim, self.layout = sim, layout
+        self.us = sim.candidate_us if us is None else us
+        self.fn = fn or sim.kernel_fn
+        self.launches = 0
+
+    def count(self, a, b, out):
+        self.launches += 1
+        return self.fn(a, b, out)
 
     def workspace_bytes(self, m, n, k):
         return 0
@@ -88,7 +96,7 @@ class FakeKernel:
     def __call__(self, a, b):
         out = torch.empty((a.shape[0], b.shape[1] if self.layout == "nn" else b.shape[0]),
                           dtype=torch.float16)
-        self.sim.gemm(self.sim.candidate_us, lambda: self.sim.kernel_fn(a, b, out), True)
+        self.sim.gemm(self.us, lambda: self.count(a, b, out), True)
         return out
 
 
@@ -107,8 +115,8 @@ def simulate(monkeypatch):
             NN_US if b.is_contiguous() else TN_US, lambda: real_matmul(a, b, **k)))
         monkeypatch.setattr(torch.Tensor, "zero_",
                             lambda t: sim.gemm(FLUSH_US, lambda: real_zero(t)))
-        monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, a, b, out: sim.gemm(
-            candidate_us, lambda: sim.kernel_fn(a, b, out), True))
+        monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, k, a, b, out: sim.gemm(
+            k.us, lambda: k.count(a, b, out), True))
         monkeypatch.setattr(torch, "cuda", sim)
         return sim
     return install
@@ -139,20 +147,20 @@ def test_call_and_cold_time_the_layout_that_won_the_kernel_protocol(simulate, mo
     alone and report TN's figures, even where NN's call median happens to read lower
     (the lower of two noisy medians, taken afterwards, would report NN's)."""
     sim = simulate(candidate_us=5.0)
-    monkeypatch.setattr(bench, "_kernel_protocol", lambda *args: {
-        "candidate": [5.0] * 3, "cublas_nn": [7.0] * 3, "cublas_tn": [6.0] * 3})
+    monkeypatch.setattr(timing, "kernel_protocol", lambda *args: {
+        "candidate0": [5.0] * 3, "cublas_nn": [7.0] * 3, "cublas_tn": [6.0] * 3})
     ran = []
 
     def planted(times):
         def protocol(cs, *args):
             ran.append([c.name for c in cs])
-            return {"candidate": [times[0]] * 3, "cublas_nn": [times[1]] * 3,
+            return {"candidate0": [times[0]] * 3, "cublas_nn": [times[1]] * 3,
                     "cublas_tn": [times[2]] * 3}
         return protocol
-    monkeypatch.setattr(bench, "_cold_protocol", planted((9.0, 10.0, 12.0)))
-    monkeypatch.setattr(bench, "_call_protocol", planted((30.0, 25.0, 28.0)))
+    monkeypatch.setattr(timing, "cold_protocol", planted((9.0, 10.0, 12.0)))
+    monkeypatch.setattr(timing, "call_protocol", planted((30.0, 25.0, 28.0)))
     _, r = _run(sim, protocols=("kernel", "cold", "call"))
-    assert ran == [["candidate", "cublas_tn"], ["candidate", "cublas_tn"]]
+    assert ran == [["candidate0", "cublas_tn"], ["candidate0", "cublas_tn"]]
     assert r.cublas_us == pytest.approx(6.0)
     assert r.cublas_cold_us == pytest.approx(12.0) and r.cublas_call_us == pytest.approx(28.0)
 
@@ -163,7 +171,7 @@ def test_slow_candidate_is_cut_short(simulate):
     assert r.ok and r.kernel_us == pytest.approx(1000.0) and r.cublas_us == pytest.approx(TN_US)
     assert r.call_us is None and r.flags[0].startswith("slow")
     # gate (normal + exact), one calibration launch and two confirming it, re-check
-    assert sim.launches == 2 + 1 + bench.SLOW_CONFIRMATIONS + 1
+    assert sim.launches == 2 + 1 + timing.SLOW_CONFIRMATIONS + 1
 
 
 def test_a_one_off_stall_is_not_taken_for_a_slow_kernel(simulate, monkeypatch):
@@ -171,7 +179,7 @@ def test_a_one_off_stall_is_not_taken_for_a_slow_kernel(simulate, monkeypatch):
     and the kernel gets the full protocol."""
     sim = simulate(candidate_us=5.0)
     times = iter([5.0, 5.0, 1000.0])  # gate, exact check, then a stalled calibration launch
-    monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, a, b, out: sim.gemm(
+    monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, k, a, b, out: sim.gemm(
         next(times, 5.0), lambda: sim.kernel_fn(a, b, out), True))
     _, r = _run(sim, protocols=("kernel",))
     assert r.ok and r.kernel_us == pytest.approx(5.0) and r.flags == ()
@@ -199,13 +207,13 @@ def test_requests_for_a_problem_share_memory_with_fresh_values(simulate, monkeyp
     pool = bench.OperandPool()
     monkeypatch.setattr(bench, "_POOL", pool)
     sim = simulate(candidate_us=5.0)
-    seen, time_all = [], bench._time_all
+    seen, time_group = [], bench._time_group
 
     def timed(bufs, *args):
         seen.append((bufs.a.data_ptr(), bufs.b.data_ptr(), bufs.c.data_ptr(),
                      bufs.a[0, :4].tolist()))
-        return time_all(bufs, *args)
-    monkeypatch.setattr(bench, "_time_all", timed)
+        return time_group(bufs, *args)
+    monkeypatch.setattr(bench, "_time_group", timed)
 
     def request(seed: int, reuse: bool = True):
         s = BenchSettings(rounds=1, warmup=0, protocols=("kernel",), min_graph_launches=1,
@@ -238,12 +246,86 @@ def test_speedup_pairs_each_round_against_clock_drift(simulate, monkeypatch):
     reads 3x."""
     sim = simulate(candidate_us=5.0)
     drift = [1.0, 1.0, 2.0, 2.0, 2.0]
-    planted = {"candidate": [4.0, 4.0, 4.0, 8.0, 8.0],
+    planted = {"candidate0": [4.0, 4.0, 4.0, 8.0, 8.0],
                "cublas_nn": [7.0 * d for d in drift], "cublas_tn": [6.0 * d for d in drift]}
-    monkeypatch.setattr(bench, "_kernel_protocol", lambda *args: planted)
+    monkeypatch.setattr(timing, "kernel_protocol", lambda *args: planted)
     _, r = _run(sim, protocols=("kernel",))
     assert r.paired_speedup == pytest.approx(1.5) and r.speedup == pytest.approx(1.5)
     assert r.cublas_us / r.kernel_us == pytest.approx(3.0)
     assert r.spread == pytest.approx((3.0 - 1.5) / 1.5)
     _, r = _run(sim, protocols=("kernel",), statistic="min")  # minima: no pairing
     assert r.paired_speedup is None and r.speedup == pytest.approx(6.0 / 4.0)
+
+
+def _group(sim, kernels, k=72, **settings):
+    s = BenchSettings(rounds=3, warmup=2, call_repeats=2, server_calls=3, server_max_gap_ms=0,
+                      min_graph_launches=3, max_graph_launches=3, **settings)
+    reqs = [MeasureRequest(SIMT, 40, 24, k, "nn", "f32", s, seed=5 + 3 * i)
+            for i in range(len(kernels))]
+    arts = [ArtifactRecord(f"key{i}", "fake", "/nonexistent", SIMT, "nn", "f32")
+            for i in range(len(kernels))]
+    by_key = dict(zip((a.key for a in arts), kernels))
+    return reqs, bench.run_group(reqs, arts, load=lambda art: by_key[art.key])
+
+
+def test_group_times_each_candidate_against_cublas_rounds_paid_once(simulate, monkeypatch):
+    """Three candidates in one group: each reports its own planted time against the same
+    cuBLAS, each is launched exactly as often as alone, and cuBLAS is launched as often as
+    for one request alone (its calibration and kernel rounds are shared)."""
+    sim = simulate(candidate_us=5.0)
+    blas_calls, matmul = [], torch.matmul
+    monkeypatch.setattr(torch, "matmul",
+                        lambda *a, **k: (blas_calls.append(1), matmul(*a, **k))[1])
+    kernels = [FakeKernel(sim, "nn", us) for us in (5.0, 9.0, 3.0)]
+    reqs, results = _group(sim, kernels)
+    assert [r.kernel_us for r in results] == pytest.approx([5.0, 9.0, 3.0])
+    assert [r.speedup for r in results] == pytest.approx([TN_US / 5.0, TN_US / 9.0, TN_US / 3.0])
+    assert all(r.ok and r.cublas_us == pytest.approx(TN_US) and r.flags == () for r in results)
+    assert [r.program for r in results] == [q.program for q in reqs]
+    want = reqs[0].settings.candidate_launches(3, 3, 72)
+    assert [k.launches for k in kernels] == [want] * 3
+    group_blas = len(blas_calls)
+    blas_calls.clear()
+    _group(sim, [FakeKernel(sim, "nn", 5.0)])
+    alone_blas = len(blas_calls)
+    # kernel and calibration launches are shared; cold, call and server run cuBLAS's
+    # winning layout once per round in either case
+    assert group_blas == alone_blas
+
+
+def test_group_fails_a_wrong_candidate_alone(simulate, monkeypatch):
+    def off_by_one(a, b, out):
+        out.copy_(gate.reference(a, b, "nn").half())
+        out[3, 4] += 1
+    sim = simulate(candidate_us=5.0)
+    kernels = [FakeKernel(sim, "nn", 5.0), FakeKernel(sim, "nn", 4.0, off_by_one),
+               FakeKernel(sim, "nn", 7.0)]
+    _, results = _group(sim, kernels, protocols=("kernel",))
+    assert [r.status for r in results] == ["ok", "failed", "ok"]
+    assert results[1].kind == "wrong" and "exact" in results[1].message
+    assert [results[0].kernel_us, results[2].kernel_us] == pytest.approx([5.0, 7.0])
+    assert kernels[1].launches == 2  # its gate (normal, exact) only: never timed
+
+    monkeypatch.setattr(bench, "healthy", lambda: False)  # the wrong output broke the context
+    with pytest.raises(RuntimeError, match="health check"):
+        _group(sim, kernels, protocols=("kernel",))
+
+
+def test_group_cuts_a_slow_candidate_short_alone(simulate):
+    sim = simulate(candidate_us=5.0)
+    _, (fast, slow) = _group(sim, [FakeKernel(sim, "nn", 5.0), FakeKernel(sim, "nn", 1000.0)])
+    assert fast.flags == () and fast.kernel_us == pytest.approx(5.0) and fast.call_us > 0
+    assert slow.flags[0].startswith("slow") and slow.kernel_us == pytest.approx(1000.0)
+    assert slow.call_us is None
+
+
+def test_group_needs_one_problem_and_settings(simulate):
+    sim = simulate(candidate_us=5.0)
+    req = MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", BenchSettings(rounds=2), seed=5)
+    art = ArtifactRecord("key", "fake", "/nonexistent", SIMT, "nn", "f32")
+    for other in (MeasureRequest(SIMT, 40, 24, 80, "nn", "f32", req.settings),
+                  MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", BenchSettings(rounds=3))):
+        with pytest.raises(ValueError, match="one problem"):
+            bench.run_group([req, other], [art, art], load=lambda a: FakeKernel(sim, "nn"))
+    with pytest.raises(ValueError, match="one problem"):
+        bench.run_group([], [])

@@ -261,6 +261,58 @@ def test_measure_pipeline_keeps_order():
     assert results[0].build_s is not None and results[0].speedup == pytest.approx(1.2)
 
 
+# --- groups: a batch's requests of one problem timed together ------------------------------
+
+def _grouped(result) -> bool:
+    return any(f.startswith("group of") for f in result.flags)
+
+
+def test_group_is_timed_together_and_a_wrong_output_fails_alone():
+    reqs = [request(hooks.OK, seed=s) for s in (1, hooks.WRONG, 4)]
+    with DeviceRunner(runner=HOOKS + "run") as runner:
+        results = runner.submit_group(reqs, [fake_artifact(r) for r in reqs],
+                                      [0.5] * 3).result()
+        assert runner.restarts == 0
+    assert [r.kind for r in results] == [None, "wrong", None]
+    assert "group of 3" in results[0].flags and results[0].build_s == 0.5
+    assert [r.program for r in results] == [r.program for r in reqs]
+
+
+@pytest.mark.parametrize("fault, kind, why", [
+    (hooks.ABORT, "runtime", "the group's worker failed (runtime)"),
+    (hooks.RAISE, "runtime", "the group failed: ValueError: injected failure"),
+    (hooks.HANG, "timeout", "the group's worker failed (timeout)"),
+])
+def test_a_group_that_fails_is_measured_request_by_request(fault, kind, why):
+    """A crash, an exception or a hang takes the whole group down; then each request is
+    measured alone, so only the one at fault fails and the others say why they ran alone."""
+    settings = BenchSettings(timeout_s=20.0 if fault != hooks.HANG else 2.0)
+    reqs = [request(hooks.QUICK_OK, seed=s, settings=settings) for s in (1, fault, 4)]
+    with DeviceRunner(runner=HOOKS + "run") as runner:
+        results = runner.submit_group(reqs, [fake_artifact(r) for r in reqs],
+                                      [None] * 3).result()
+    assert [r.kind for r in results] == [None, kind, None], [r.message for r in results]
+    assert not any(_grouped(r) for r in results)
+    assert all(any(f.startswith(f"timed alone: {why}") for f in r.flags)
+               for r in (results[0], results[2])), results[0].flags
+
+
+def test_measure_groups_requests_of_one_problem_and_settings():
+    """Three requests of one problem form a group; one of another problem, and requests
+    whose settings turn interleave off, are timed alone. Results keep the request order."""
+    alone = BenchSettings(timeout_s=60.0, interleave=False)
+    reqs = [request(hooks.QUICK_OK, seed=1), request(hooks.QUICK_OK, n=32, seed=2),
+            request(hooks.QUICK_OK, seed=3), request(hooks.QUICK_OK, seed=4),
+            request(hooks.QUICK_OK, seed=5, settings=alone),
+            request(hooks.QUICK_OK, seed=6, settings=alone)]
+    with BuilderPool(workers=2, builder=HOOKS + "build") as builders, \
+            DeviceRunner(runner=HOOKS + "run") as runner:
+        results = measure(reqs, builders=builders, runner=runner, progress=False)
+    assert [r.n for r in results] == [r.n for r in reqs] and all(r.ok for r in results)
+    assert [_grouped(r) for r in results] == [True, False, True, True, False, False]
+    assert "group of 3" in results[0].flags
+
+
 # --- report -------------------------------------------------------------------------------
 
 def test_report_round_trip_and_plot(tmp_path):

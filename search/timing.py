@@ -1,0 +1,170 @@
+"""The timing protocols of search.bench: contenders timed interleaved, round by round.
+
+    samples = kernel_protocol(contenders, settings, launches, stream)  # {name: [us per round]}
+
+A Contender is one GEMM implementation under test (a candidate kernel, cuBLAS NN or TN).
+Every protocol visits all contenders once per round, in alternating order, so whatever the
+GPU does over time (clock swings under the power cap, a slow spell lasting tens of ms)
+lands on all of them alike; each returns per-round samples, in microseconds per GEMM, by
+contender name. BenchSettings' docstring counts every launch.
+
+Constraints:
+  - a contender's `launch` must be capturable in a CUDA graph (no allocation, no sync);
+  - the caller has made the stream it times on current (graphs can't be captured on the
+    legacy default stream).
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from search.records import BenchSettings
+
+SLOW_CONFIRMATIONS = 2
+"""How many more times calibrate() times a launch that read slower than its cut-off."""
+
+
+@dataclass
+class Contender:
+    """One GEMM implementation under test: `launch` enqueues C = A @ B into fixed buffers on
+    the current stream; `call` is the user-facing Python call (allocates its output)."""
+
+    name: str
+    launch: Callable[[], None]
+    call: Callable[[], object]
+
+
+def elapsed_us(enqueue: Callable[[], None]) -> float:
+    """GPU time of what `enqueue` puts on the current stream, in us. The device-wide sync
+    before the end event makes work hidden on any other stream count too."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    enqueue()
+    torch.cuda.synchronize()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
+    def run():
+        for _ in range(n):
+            fn()
+    return run
+
+
+def graph(enqueue: Callable[[], None], stream):
+    """A CUDA graph of what `enqueue` launches, captured on `stream` and replayed once
+    (untimed: the first replay uploads the graph)."""
+    import torch
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        enqueue()
+    g.replay()
+    return g
+
+
+def launches_per_graph(settings: BenchSettings, per_launch_us: float) -> int:
+    """n = clamp(ceil(graph_us / per_launch_us), min_graph_launches, max_graph_launches)."""
+    want = math.ceil(settings.graph_us / max(per_launch_us, 1e-3))
+    return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
+
+
+def interleave(contenders, rounds: int, sample: Callable) -> dict[str, list[float]]:
+    """`rounds` samples per contender; each round visits all of them, in alternating order."""
+    out = {c.name: [] for c in contenders}
+    for r in range(rounds):
+        for c in (contenders if r % 2 == 0 else contenders[::-1]):
+            out[c.name].append(sample(c))
+    return out
+
+
+def kernel_protocol(cs, settings, counts, stream) -> dict[str, list[float]]:
+    """Per round, one replay of each contender's graph of counts[name] launches (L2 warm)."""
+    graphs = {c.name: graph(repeat(c.launch, counts[c.name]), stream) for c in cs}
+    return interleave(cs, settings.rounds,
+                      lambda c: elapsed_us(graphs[c.name].replay) / counts[c.name])
+
+
+def cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
+    """Per launch, L2 flushed before each: graph(n x (flush, launch)) - graph(n x flush)."""
+    import torch
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    junk = torch.empty(int(l2 * settings.l2_flush_factor), dtype=torch.uint8, device="cuda")
+    flush = junk.zero_
+    flush_us = elapsed_us(repeat(flush, 3)) / 3
+    n = {c.name: launches_per_graph(settings, times[c.name] + flush_us) for c in cs}
+
+    def pair(c):
+        return lambda: (flush(), c.launch())
+    both = {c.name: graph(repeat(pair(c), n[c.name]), stream) for c in cs}
+    alone = {c.name: graph(repeat(flush, n[c.name]), stream) for c in cs}
+    return interleave(cs, settings.rounds, lambda c: (
+        elapsed_us(both[c.name].replay) - elapsed_us(alone[c.name].replay)) / n[c.name])
+
+
+def call_us(c: Contender, refill: Callable[[], None], idle_s: float = 0.0) -> float:
+    """Wall-clock us of one Python call + device-wide sync, on freshly written inputs."""
+    import torch
+    refill()
+    torch.cuda.synchronize()
+    if idle_s:
+        time.sleep(idle_s)
+    t0 = time.perf_counter_ns()
+    c.call()
+    torch.cuda.synchronize()
+    return (time.perf_counter_ns() - t0) / 1e3
+
+
+def call_protocol(cs, settings, refill: Callable[[], None]) -> dict[str, list[float]]:
+    for c in cs:
+        call_us(c, refill)  # one warm call: allocator and handles
+    return interleave(cs, settings.rounds * settings.call_repeats,
+                      lambda c: call_us(c, refill))
+
+
+def server_protocol(cs, settings, refill: Callable[[], None],
+                    seed: int) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    return interleave(cs, settings.server_calls, lambda c: call_us(
+        c, refill, rng.uniform(0.0, settings.server_max_gap_ms) / 1e3))
+
+
+def calibrate(c: Contender, settings, cutoff_us: float = math.inf) -> tuple[float, float]:
+    """(time of one launch alone, time per launch over `warmup` back to back), in us; the
+    warm-up is skipped (and the one-launch time returned twice) above `cutoff_us`. A launch
+    above `cutoff_us` is timed again, up to SLOW_CONFIRMATIONS times, and the fastest
+    counts: the first launches on an idle GPU (clocks ramping up, a module loading) can
+    take hundreds of times longer than the kernel."""
+    one = elapsed_us(c.launch)
+    for _ in range(SLOW_CONFIRMATIONS if one > cutoff_us else 0):
+        one = min(one, elapsed_us(c.launch))  # a one-off stall is not a slow kernel
+        if one <= cutoff_us:
+            break
+    if one > cutoff_us or not settings.warmup:
+        return one, one
+    return one, elapsed_us(repeat(c.launch, settings.warmup)) / settings.warmup
+
+
+def stat(settings: BenchSettings, samples: list[float]) -> float:
+    """The settings' statistic (median or min) of one contender's samples."""
+    return statistics.median(samples) if settings.statistic == "median" else min(samples)
+
+
+def per_round_speedups(samples: dict[str, list[float]],
+                       name: str) -> tuple[list[float], list[float]]:
+    """(per round, cuBLAS's best time / contender `name`'s; per round, cuBLAS's best)."""
+    blas = [min(nn, tn) for nn, tn in zip(samples["cublas_nn"], samples["cublas_tn"])]
+    return [b / c if c > 0 else math.inf for b, c in zip(blas, samples[name])], blas
+
+
+def spread(xs: list[float]) -> float:
+    """(max - min) / median."""
+    mid = statistics.median(xs)
+    return (max(xs) - min(xs)) / mid if mid > 0 else math.inf
