@@ -19,6 +19,11 @@ Two ways a batch is timed (BenchSettings.interleave):
 Settings: rounds x graph length, statistic, memory, batch:
   5 x 2 ms median               the default rounds, alone (how batches were timed before groups)
   5 x 2 ms median, grouped      the default (what triton_sample, the tuner and evaluate use)
+  5 x 2 ms median, grouped, no warm round
+                                the default without its unrecorded first round
+                                (BenchSettings.warm_rounds; all other settings have one)
+  20 x 2 ms median, grouped     four times the rounds
+  60 x 1 ms median, grouped     many short windows, grouped
   10 x 10 ms median             longer and more windows, alone
   10 x 10 ms median, grouped    the same, grouped
   10 x 10 ms median, fresh      each request on newly allocated buffers (reuse_operands
@@ -53,6 +58,10 @@ _KERNEL = {"protocols": ("kernel",)}
 SETTINGS = {
     "5 x 2 ms median": BenchSettings(**_KERNEL, rounds=5, graph_us=2000, interleave=False),
     "5 x 2 ms median, grouped": BenchSettings(**_KERNEL, rounds=5, graph_us=2000),
+    "5 x 2 ms median, grouped, no warm round": BenchSettings(**_KERNEL, rounds=5,
+                                                            graph_us=2000, warm_rounds=0),
+    "20 x 2 ms median, grouped": BenchSettings(**_KERNEL, rounds=20, graph_us=2000),
+    "60 x 1 ms median, grouped": BenchSettings(**_KERNEL, rounds=60, graph_us=1000),
     "10 x 10 ms median": BenchSettings(**_KERNEL, rounds=10, graph_us=10000, interleave=False),
     "10 x 10 ms median, grouped": BenchSettings(**_KERNEL, rounds=10, graph_us=10000),
     "10 x 10 ms median, fresh": BenchSettings(**_KERNEL, rounds=10, graph_us=10000,

@@ -9,9 +9,12 @@ SWEEP that verify accepts is measured with search.env.evaluate (gate first; kern
 from CUDA graphs and call time, cuBLAS NN/TN interleaved in the same process). The first
 program is measured twice in the same batch for every shape: the difference between the
 two is the repeatability figure, for the kernel time and for its ratio to cuBLAS timed
-interleaved with it (which cancels the GPU's clock drift between the two). Host overhead = call_us - kernel_us, for the candidate and
-for torch.matmul in the same run. Results: benchmarks/results/<name>.csv and .png; the
-summary printed last.
+interleaved with it (which cancels the GPU's clock drift between the two). A shape's batch
+is timed as one group (BenchSettings.interleave: every round visits every program and
+cuBLAS), so the two copies share their rounds; `--alone` times each request on its own
+instead, as before groups, and the copies are then tens of ms apart. Host overhead =
+call_us - kernel_us, for the candidate and for torch.matmul in the same run. Results:
+benchmarks/results/<name>.csv and .png; the summary printed last, with the wall time.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -51,10 +55,13 @@ def main() -> int:
                     help="length of one timed CUDA graph of back-to-back launches")
     ap.add_argument("--call-repeats", type=int, default=5,
                     help="Python calls per round of the call protocol (host overhead)")
+    ap.add_argument("--alone", action="store_true",
+                    help="time each request on its own, not a shape's batch as one group")
     args = ap.parse_args()
     settings = BenchSettings(protocols=("kernel", "call"), rounds=args.rounds,
                              call_repeats=args.call_repeats,
-                             graph_us=args.graph_us)
+                             graph_us=args.graph_us, interleave=not args.alone)
+    start = time.perf_counter()
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for problem in parse_shapes(args.shapes):
@@ -64,6 +71,9 @@ def main() -> int:
     csv_path, png_path = write_report(results, args.name)
     print(f"wrote {csv_path} and {png_path}")
     print(summary(results))
+    print(f"wall time {time.perf_counter() - start:.0f} s "
+          f"({'alone' if args.alone else 'grouped'}), measuring "
+          f"{sum(r.measure_s or 0 for r in results):.0f} s")
     return 0
 
 

@@ -77,10 +77,12 @@ class BenchSettings(_Record):
       correctness gate ..... 1, plus 1 for the {0,1} check when exact_check and k <= 2048
       calibration .......... 1 (timed alone; up to 2 more alone if it is over the slow
                              cut-off below), then `warmup` back to back (timed together)
-      kernel ("kernel") .... (rounds + 1) x n: one CUDA graph of n launches, replayed once
-                             untimed, then once per round (L2 warm: the same buffers)
-      cold ("cold") ........ (rounds + 1) x nc: a graph of nc (L2 flush, launch) pairs; a graph
-                             of nc flushes alone is timed too and subtracted
+      kernel ("kernel") .... (warm_rounds + rounds + 1) x n: one CUDA graph of n launches,
+                             replayed once untimed, then once per round (L2 warm: the same
+                             buffers); the first warm_rounds rounds are not recorded
+      cold ("cold") ........ (warm_rounds + rounds + 1) x nc: a graph of nc (L2 flush,
+                             launch) pairs; a graph of nc flushes alone is timed too and
+                             subtracted
       call ("call") ........ 1 + rounds x call_repeats Python calls (Kernel.__call__ + sync),
                              fresh input values (written untimed) before each
       server ("server") .... server_calls calls, each after a random idle gap in
@@ -93,6 +95,11 @@ class BenchSettings(_Record):
     If the candidate's fastest calibration launch takes longer than slow_cutoff x cuBLAS's
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
     kernel_us is that one launch, and the Result is flagged "slow".
+
+    Warm rounds: coming out of the idle gap that gates, calibration and graph capture
+    leave, the GPU runs the first ~10 ms of graphs faster (a power-capped kernel's first
+    round read 15-25 % below its median, benchmarks/NOTES.md); warm_rounds whole rounds
+    run first, unrecorded, in the kernel and cold protocols.
 
     Batches: with interleave (the default), search.measure times the requests of one
     batch that share a problem and these settings as one group (search.bench.run_group):
@@ -116,6 +123,7 @@ class BenchSettings(_Record):
 
     warmup: int = 10
     rounds: int = 5
+    warm_rounds: int = 1
     graph_us: float = 2000.0
     min_graph_launches: int = 3
     max_graph_launches: int = 1000
@@ -139,8 +147,10 @@ class BenchSettings(_Record):
                              "'kernel', 'cold', 'call', 'server'")
         if self.statistic not in ("median", "min"):
             raise ValueError(f"statistic: {self.statistic!r} is not 'median' or 'min'")
-        if self.rounds < 1 or self.warmup < 0 or self.min_graph_launches < 1:
-            raise ValueError("rounds and min_graph_launches must be >= 1, warmup >= 0")
+        if self.rounds < 1 or self.warmup < 0 or self.warm_rounds < 0 \
+                or self.min_graph_launches < 1:
+            raise ValueError("rounds and min_graph_launches must be >= 1, warmup and "
+                             "warm_rounds >= 0")
         if self.max_graph_launches < self.min_graph_launches or self.timeout_s <= 0:
             raise ValueError("need max_graph_launches >= min_graph_launches, timeout_s > 0")
 
@@ -149,8 +159,9 @@ class BenchSettings(_Record):
         docstring), for graph sizes n and nc, when the timing is not cut short."""
         exact = 1 if self.exact_check and k <= 2048 else 0
         p = self.protocols
-        return (1 + exact + 1 + self.warmup + (self.rounds + 1) * n
-                + ((self.rounds + 1) * nc if "cold" in p else 0)
+        timed = self.warm_rounds + self.rounds + 1
+        return (1 + exact + 1 + self.warmup + timed * n
+                + (timed * nc if "cold" in p else 0)
                 + (1 + self.rounds * self.call_repeats if "call" in p else 0)
                 + (self.server_calls if "server" in p else 0) + 1)
 

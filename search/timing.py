@@ -76,12 +76,16 @@ def launches_per_graph(settings: BenchSettings, per_launch_us: float) -> int:
     return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
 
 
-def interleave(contenders, rounds: int, sample: Callable) -> dict[str, list[float]]:
-    """`rounds` samples per contender; each round visits all of them, in alternating order."""
+def interleave(contenders, rounds: int, sample: Callable,
+               warm_rounds: int = 0) -> dict[str, list[float]]:
+    """`rounds` samples per contender; each round visits all of them, in alternating order.
+    `warm_rounds` rounds run first and are not recorded."""
     out = {c.name: [] for c in contenders}
-    for r in range(rounds):
+    for r in range(warm_rounds + rounds):
         for c in (contenders if r % 2 == 0 else contenders[::-1]):
-            out[c.name].append(sample(c))
+            value = sample(c)
+            if r >= warm_rounds:
+                out[c.name].append(value)
     return out
 
 
@@ -89,7 +93,8 @@ def kernel_protocol(cs, settings, counts, stream) -> dict[str, list[float]]:
     """Per round, one replay of each contender's graph of counts[name] launches (L2 warm)."""
     graphs = {c.name: graph(repeat(c.launch, counts[c.name]), stream) for c in cs}
     return interleave(cs, settings.rounds,
-                      lambda c: elapsed_us(graphs[c.name].replay) / counts[c.name])
+                      lambda c: elapsed_us(graphs[c.name].replay) / counts[c.name],
+                      settings.warm_rounds)
 
 
 def cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
@@ -106,7 +111,8 @@ def cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
     both = {c.name: graph(repeat(pair(c), n[c.name]), stream) for c in cs}
     alone = {c.name: graph(repeat(flush, n[c.name]), stream) for c in cs}
     return interleave(cs, settings.rounds, lambda c: (
-        elapsed_us(both[c.name].replay) - elapsed_us(alone[c.name].replay)) / n[c.name])
+        elapsed_us(both[c.name].replay) - elapsed_us(alone[c.name].replay)) / n[c.name],
+        settings.warm_rounds)
 
 
 def call_us(c: Contender, refill: Callable[[], None], idle_s: float = 0.0) -> float:

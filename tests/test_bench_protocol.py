@@ -329,3 +329,11 @@ def test_group_needs_one_problem_and_settings(simulate):
             bench.run_group([req, other], [art, art], load=lambda a: FakeKernel(sim, "nn"))
     with pytest.raises(ValueError, match="one problem"):
         bench.run_group([], [])
+
+
+def test_warm_rounds_run_first_and_are_not_recorded():
+    ticks = iter(range(100))
+    cs = [timing.Contender(name, None, None) for name in ("a", "b")]
+    samples = timing.interleave(cs, 2, lambda c: (c.name, next(ticks)), warm_rounds=1)
+    # round 0 (a, b) is the warm one; round 1 runs b, a; round 2 a, b
+    assert samples == {"a": [("a", 3), ("a", 4)], "b": [("b", 2), ("b", 5)]}

@@ -7,7 +7,10 @@ real, correctly built kernel whose launches are tampered with, chosen by the req
   m == BOGUS_M:   every launch passes an unmapped address for A. The kernel faults
                   (illegal address), the CUDA context is poisoned, the worker must report
                   a runtime failure, exit, and be replaced.
-Any other m runs untouched. Loaded by file path: "tests/gpu/gpu_hooks.py:run".
+Any other m runs untouched. A request's seed, when it is one of these codes, picks its
+tampering instead of m: the requests of a group share m. run_group is
+search.bench.run_group with the same tampering, so groups run too. Loaded by file path:
+"tests/gpu/gpu_hooks.py:run".
 """
 from __future__ import annotations
 
@@ -38,13 +41,27 @@ class _Tampered(Kernel):
         self.inner.launch(a_ptr, b_ptr, c_ptr, m, n, k - self.short_k, ws_ptr, ws_bytes, stream)
 
 
+def _code(request) -> int:
+    return request.seed if request.seed in (SHORT_K_M, BOGUS_M) else request.m
+
+
+def _tampered(kernel: Kernel, code: int) -> Kernel:
+    if code == SHORT_K_M:
+        return _Tampered(kernel, short_k=SHORT_K)
+    if code == BOGUS_M:
+        return _Tampered(kernel, bogus_a=True)
+    return kernel
+
+
 def run(request, artifact):
-    """search.bench.run_request, with the kernel tampered with as request.m says."""
-    def load(art):
-        kernel = runtime_load(art)
-        if request.m == SHORT_K_M:
-            return _Tampered(kernel, short_k=SHORT_K)
-        if request.m == BOGUS_M:
-            return _Tampered(kernel, bogus_a=True)
-        return kernel
-    return bench.run_request(request, artifact, load=load)
+    """search.bench.run_request, with the kernel tampered with as the request says."""
+    return bench.run_request(request, artifact,
+                             load=lambda art: _tampered(runtime_load(art), _code(request)))
+
+
+def run_group(requests, artifacts):
+    """search.bench.run_group, each kernel tampered with as its request says (bench loads
+    the artifacts in the requests' order)."""
+    codes = iter([_code(r) for r in requests])
+    return bench.run_group(requests, artifacts,
+                           load=lambda art: _tampered(runtime_load(art), next(codes)))

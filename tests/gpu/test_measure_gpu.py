@@ -91,3 +91,29 @@ def test_evaluate_rewards(pools):
     rewards = [env.reward(r) for r in results]
     assert rewards[1] == env.WORST_REWARD  # SIMT is far behind cuBLAS: its reward is < 0
     assert all(env.WORST_REWARD <= x < 0.5 for x in (rewards[0], rewards[2])), rewards
+
+
+def _group(pools, seeds, problem=Problem(256, 256, 256)):
+    builders, runner = pools
+    reqs = [MeasureRequest.make(parse(SIMT), problem, QUICK, seed=s) for s in seeds]
+    return measure(reqs, builders=builders, runner=runner, progress=False)
+
+
+def test_group_times_together_and_fails_a_wrong_kernel_alone(pools):
+    """Three requests of one problem form one group; the middle one (seed 255) computes
+    the wrong thing and fails alone while the group goes on."""
+    results = _group(pools, [1, 255, 7])
+    assert [r.kind for r in results] == [None, "wrong", None], [r.message for r in results]
+    assert not any(f.startswith("timed alone") for r in results for f in r.flags)
+    same = results[0].kernel_us / results[2].kernel_us
+    assert 0.9 < same < 1.1 and results[0].cublas_us == results[2].cublas_us
+
+
+def test_a_crash_in_a_group_costs_one_request(pools):
+    """The middle request (seed 257) faults: the group's worker dies, each request is
+    then measured alone, and only the one at fault fails."""
+    results = _group(pools, [1, 257, 7])
+    assert [r.kind for r in results] == [None, "runtime", None], [r.message for r in results]
+    assert "illegal" in results[1].message.lower(), results[1].message[-600:]
+    assert all(any(f.startswith("timed alone: the group") for f in r.flags)
+               for r in (results[0], results[2])), results[0].flags
