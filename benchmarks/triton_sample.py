@@ -50,7 +50,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="sample:50:3")
     ap.add_argument("--name", default="triton_sample")
-    ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
+    ap.add_argument("--rounds", type=int, default=20,
+                    help="timing rounds per request (BenchSettings' default is 5: "
+                         "repeatability.py measures what more rounds buy)")
     ap.add_argument("--graph-us", type=float, default=2000.0,
                     help="length of one timed CUDA graph of back-to-back launches")
     ap.add_argument("--call-repeats", type=int, default=5,

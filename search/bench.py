@@ -218,15 +218,23 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed) -> dict[str, tuple[
     # lower of the NN and TN medians again would pick whichever drew the luckier noise, a
     # bias of its own in the noisy call timings (two equal calls' min reads low).
     best = min(blas, key=lambda c: timing.stat(settings, kernel[c.name]))
-    others = {
-        "cold": lambda cs: timing.cold_protocol(cs, settings, warm, stream),
-        "call": lambda cs: timing.call_protocol(cs, settings, bufs.refill),
-        "server": lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
+    # Cold rounds visit the whole group, like the kernel rounds. Call and server rounds pair
+    # each candidate with cuBLAS alone: interleaved with a whole group of other calls,
+    # torch.matmul's call + sync read 10-57 us slower and ours did not (benchmarks/NOTES.md),
+    # which would flatter the host-overhead comparison.
+    protocols = {
+        "cold": (lambda cs: timing.cold_protocol(cs, settings, warm, stream), [timed]),
+        "call": (lambda cs: timing.call_protocol(cs, settings, bufs.refill),
+                 [[c] for c in timed]),
+        "server": (lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
+                   [[c] for c in timed]),
     }
-    for name, protocol in others.items():
-        if name in settings.protocols:
-            samples = protocol(timed + [best])
-            for c in timed:
+    for name, (protocol, batches) in protocols.items():
+        if name not in settings.protocols:
+            continue
+        for batch in batches:
+            samples = protocol(batch + [best])
+            for c in batch:
                 out[c.name].update({f"{name}_us": timing.stat(settings, samples[c.name]),
                                     f"cublas_{name}_us": timing.stat(settings,
                                                                      samples[best.name])})

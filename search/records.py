@@ -105,8 +105,10 @@ class BenchSettings(_Record):
     batch that share a problem and these settings as one group (search.bench.run_group):
     every round visits every candidate of the group, then cuBLAS NN and TN once, so the
     counts above hold per candidate while cuBLAS's kernel and calibration launches are
-    paid once per group. Each round's pairs still set each candidate's paired speedup.
-    In cold, call and server the rounds visit every candidate and cuBLAS's winning layout.
+    paid once per group (call and server: per candidate). Each round's pairs still set each
+    candidate's paired speedup.
+    Cold rounds visit every candidate and cuBLAS's winning layout; call and server pair
+    each candidate with that layout on its own, as for a request alone.
     Without it every request is timed alone against its own cuBLAS rounds.
 
     Memory: with reuse_operands (the default) a worker keeps the operand and output tensors

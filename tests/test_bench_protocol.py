@@ -277,7 +277,7 @@ def test_group_times_each_candidate_against_cublas_rounds_paid_once(simulate, mo
     monkeypatch.setattr(torch, "matmul",
                         lambda *a, **k: (blas_calls.append(1), matmul(*a, **k))[1])
     kernels = [FakeKernel(sim, "nn", us) for us in (5.0, 9.0, 3.0)]
-    reqs, results = _group(sim, kernels)
+    reqs, results = _group(sim, kernels, protocols=("kernel", "cold"))
     assert [r.kernel_us for r in results] == pytest.approx([5.0, 9.0, 3.0])
     assert [r.speedup for r in results] == pytest.approx([TN_US / 5.0, TN_US / 9.0, TN_US / 3.0])
     assert all(r.ok and r.cublas_us == pytest.approx(TN_US) and r.flags == () for r in results)
@@ -286,11 +286,27 @@ def test_group_times_each_candidate_against_cublas_rounds_paid_once(simulate, mo
     assert [k.launches for k in kernels] == [want] * 3
     group_blas = len(blas_calls)
     blas_calls.clear()
-    _group(sim, [FakeKernel(sim, "nn", 5.0)])
-    alone_blas = len(blas_calls)
-    # kernel and calibration launches are shared; cold, call and server run cuBLAS's
-    # winning layout once per round in either case
-    assert group_blas == alone_blas
+    _group(sim, [FakeKernel(sim, "nn", 5.0)], protocols=("kernel", "cold"))
+    assert group_blas == len(blas_calls)  # calibration, kernel and cold rounds are shared
+
+
+def test_group_pairs_each_call_with_cublas_alone(simulate, monkeypatch):
+    """Call and server rounds time each candidate against cuBLAS's winning layout on its
+    own, as a request alone does; cold rounds visit the whole group."""
+    sim = simulate(candidate_us=5.0)
+    ran = []
+    for name in ("cold_protocol", "call_protocol", "server_protocol"):
+        def spy(cs, *args, _real=getattr(timing, name), _name=name):
+            ran.append((_name, [c.name for c in cs]))
+            return _real(cs, *args)
+        monkeypatch.setattr(timing, name, spy)
+    _, results = _group(sim, [FakeKernel(sim, "nn", us) for us in (5.0, 9.0)])
+    assert ran == [("cold_protocol", ["candidate0", "candidate1", "cublas_tn"]),
+                   ("call_protocol", ["candidate0", "cublas_tn"]),
+                   ("call_protocol", ["candidate1", "cublas_tn"]),
+                   ("server_protocol", ["candidate0", "cublas_tn"]),
+                   ("server_protocol", ["candidate1", "cublas_tn"])]
+    assert all(r.call_us > 0 and r.cublas_call_us > 0 and r.server_us > 0 for r in results)
 
 
 def test_group_fails_a_wrong_candidate_alone(simulate, monkeypatch):
