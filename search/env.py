@@ -14,8 +14,12 @@
 Every program gets a Result, in order: text that doesn't parse and programs that fail
 ir.verify become `invalid` here, without a worker; the rest are built in parallel and
 measured on the GPU (search.measure), where a compile error, crash, hang or wrong answer
-is a failed Result with its kind and message. Run it under `if __name__ == "__main__":`
-or any entry point; workers are separate `python -m search.worker` processes.
+is a failed Result with its kind and message. The programs that build are timed as one
+group (BenchSettings.interleave, the default): each timing round visits all of them and
+cuBLAS, so a slow spell of the GPU lands on the whole group and rewards within it compare
+fairly; a group that crashes or hangs is timed again program by program. Run it under
+`if __name__ == "__main__":` or any entry point; workers are separate
+`python -m search.worker` processes.
 """
 from __future__ import annotations
 
