@@ -56,7 +56,10 @@ class Kernel(ABC):
 
     @abstractmethod
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
-        """Scratch bytes one launch at (m, n, k) needs (on the current device)."""
+        """Scratch bytes one launch at (m, n, k) needs (on the current device). A launch
+        must not rely on what the workspace held before it: other kernels may use the same
+        memory in between (search.bench shares one workspace among a group's kernels), so
+        a launch re-arms what it needs there (zeroes atomics' sums, resets barriers)."""
 
     @abstractmethod
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int,
