@@ -9,7 +9,8 @@ Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those w
 2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
 benchmarks/programs/hopper_large.txt, one program text per line, # comments),
 each measured with search.env.evaluate (gate, then CUDA-graph kernel time interleaved with
-cuBLAS NN/TN in the same process; layout nn, f32 accumulate). Prints per shape the best
+cuBLAS NN/TN in the same process; layout nn, f32 accumulate; a shape's programs timed as one
+group unless --alone). Prints per shape the best
 program's cuBLAS/kernel ratio, then the geomean and minimum, and 8192^3's TFLOP/s.
 Results: benchmarks/results/<name>.csv and .png.
 """
@@ -20,6 +21,7 @@ import math
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,10 +50,15 @@ def main() -> int:
     ap.add_argument("--name", default="hopper_large")
     ap.add_argument("--shapes", help="comma list of MxNxK instead of the drawn sample")
     ap.add_argument("--programs", type=Path, default=PROGRAMS, help="program list file")
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
+    ap.add_argument("--alone", action="store_true",
+                    help="time each program on its own, not a shape's programs as one group")
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
     chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
-    settings = BenchSettings(protocols=("kernel",), rounds=5)
+    settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
+                             interleave=not args.alone)
+    start = time.perf_counter()
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for shape in chosen:
@@ -62,6 +69,8 @@ def main() -> int:
     csv_path, png_path = write_report(results, args.name)
     print(f"wrote {csv_path} and {png_path}")
     print(summary(results))
+    print(f"wall time {time.perf_counter() - start:.0f} s "
+          f"({'alone' if args.alone else 'grouped'}, {args.rounds} rounds)")
     return 0
 
 
