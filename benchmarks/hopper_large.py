@@ -4,6 +4,8 @@ sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3
     python3 benchmarks/hopper_large.py [--count 20] [--seed 4] [--name hopper_large]
     python3 benchmarks/hopper_large.py --shapes 12288x256x16384 \
         --programs benchmarks/programs/hopper_weak.txt --name hopper_weak
+    python3 benchmarks/hopper_large.py --winners benchmarks/results/hopper_large_h100_v6.csv \
+        --rounds 20 --name hopper_large_h100_v6_confirm     # the winners alone, timed again
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
 2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
@@ -31,7 +33,7 @@ from search.commands import GRID  # noqa: E402
 from search.env import evaluate  # noqa: E402
 from search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from search.records import BenchSettings  # noqa: E402
-from search.report import best_per_shape, write_report  # noqa: E402
+from search.report import best_per_shape, read_csv, write_report  # noqa: E402
 
 PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
 BIG = "8192x8192x8192"
@@ -53,9 +55,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
     ap.add_argument("--alone", action="store_true",
                     help="time each program on its own, not a shape's programs as one group")
+    ap.add_argument("--winners", type=Path, nargs="+",
+                    help="results CSVs: time only the best program per shape, by its geomean "
+                         "ratio over these runs (a confirmation run: the best of many noisy "
+                         "ratios reads high, so report winners measured again)")
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
     chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
+    winners = best_over_runs([read_csv(path) for path in args.winners]) if args.winners else {}
+    if winners:
+        chosen = [s for s in chosen if s in winners] if args.shapes else list(winners)
     settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
                              interleave=not args.alone)
     start = time.perf_counter()
@@ -63,15 +72,33 @@ def main() -> int:
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for shape in chosen:
             problem = parse_problem(shape)
-            programs = [p for p in map(parse, texts) if check(p, problem) is None]
+            candidates = [winners[shape]] if winners else texts
+            programs = [p for p in map(parse, candidates) if check(p, problem) is None]
             results += evaluate(programs, problem, device_runner=runner, builders=builders,
                                 settings=settings)
     csv_path, png_path = write_report(results, args.name)
     print(f"wrote {csv_path} and {png_path}")
     print(summary(results))
     print(f"wall time {time.perf_counter() - start:.0f} s "
-          f"({'alone' if args.alone else 'grouped'}, {args.rounds} rounds)")
+          f"({'alone' if args.alone or winners else 'grouped'}, {args.rounds} rounds)")
     return 0
+
+
+def best_over_runs(runs: list[list]) -> dict[str, str]:
+    """Per shape "MxNxK", the program with the highest geomean speedup over `runs` (lists
+    of Results), among the programs measured ok at that shape in every run."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for results in runs:
+        for r in results:
+            if r.ok and r.speedup:
+                ratios.setdefault((f"{r.m}x{r.n}x{r.k}", r.program), []).append(r.speedup)
+    best: dict[str, tuple[float, str]] = {}
+    for (shape, program), xs in ratios.items():
+        if len(xs) == len(runs):
+            geo = math.exp(statistics.fmean(map(math.log, xs)))
+            if shape not in best or geo > best[shape][0]:
+                best[shape] = (geo, program)
+    return {shape: program for shape, (_, program) in best.items()}
 
 
 def summary(results) -> str:
