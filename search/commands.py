@@ -127,7 +127,7 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
             backends=tuple(job["backends"]) if job.get("backends") else None,
             seed=None if job.get("seed") is None else job["seed"] + index,
             heartbeat_s=job.get("heartbeat_s", 30), grace_s=job.get("grace_s", 120),
-            command=job.get("command", ""))
+            command=job.get("command", ""), confirm=job.get("confirm", 3))
         policy = make_policy(job.get("policy", "heuristic"), runner.archs,
                              settings.backends, job.get("checkpoint"), job.get("seed") or 0,
                              job.get("llm"))
@@ -157,6 +157,7 @@ def _keep_learning(policy, job: dict, index: int) -> None:
 def _outcome_dict(o, device: str) -> dict:
     return {"problem": str(o.problem), "study": o.study, "measured": o.measured,
             "device": device, "source": o.source, "timing": o.timing,
+            "confirmed": o.confirmed,
             "best": o.best.to_dict() if o.best else None}
 
 
@@ -301,12 +302,15 @@ def cmd_tune(args) -> int:
     problems = parse_shapes(args.shapes, args.layout, args.acc)
     if args.concurrent < 1:
         raise UsageError(f"--concurrent: {args.concurrent} must be >= 1")
+    if args.confirm < 0:
+        raise UsageError(f"--confirm: {args.confirm} must be >= 0 (0: no confirmation)")
     if args.policy == "llm" and not (args.llm_url or args.llm_model):
         raise UsageError("--policy llm needs --llm-url (an OpenAI-compatible server) or "
                          "--llm-model (a local model directory)")
     storage = args.storage or default_storage()
     job = {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
            "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
+           "confirm": args.confirm,
            "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
            "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset},
            "backends": args.backends.split(",") if args.backends else None,
@@ -359,6 +363,9 @@ def add_to(sub) -> None:
     t.add_argument("--protocols", default="kernel",
                    help="timing protocols per candidate, comma list of kernel,cold,call,"
                         "server (kernel: the reward; the others cost GPU time)")
+    t.add_argument("--confirm", type=int, default=3,
+                   help="after the budget, time the best N again together and record the "
+                        "winner's figures (0: keep the best single reading)")
     t.add_argument("--seed", type=int)
     t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
                                     "instead of a GPU")

@@ -117,20 +117,23 @@ class TunedDatabase:
                 time.sleep(0.2 * (attempt + 1))
 
     def record(self, device: str, problem: Problem, result: Result, command: str = "",
-               study: str = "") -> bool:
+               study: str = "", replace: bool = False) -> bool:
         """Keep `result` as the (device, problem) entry if it is ok and beats the stored
-        one (by speedup); True if stored."""
+        one (by speedup), or, with `replace`, whatever is stored (a confirmation: the
+        winner of a head-to-head measurement that included the stored program, see
+        search.confirm); True if stored."""
         from sqlalchemy.exc import IntegrityError
         if not result.ok or result.speedup is None:
             return False
         for _ in range(3):
             try:
-                return self._upsert(device, problem, result, command, study)
+                return self._upsert(device, problem, result, command, study, replace)
             except IntegrityError:  # another process inserted the row first: compare again
                 continue
         return False
 
-    def _upsert(self, device, problem, result: Result, command: str, study: str) -> bool:
+    def _upsert(self, device, problem, result: Result, command: str, study: str,
+                replace: bool = False) -> bool:
         from ir.text import parse
         program = parse(result.program)
         values = dict(device=device, problem=str(problem), m=problem.m, n=problem.n,
@@ -147,7 +150,7 @@ class TunedDatabase:
             if old is None:
                 conn.execute(t.insert().values(**values))
                 return True
-            if old.speedup is not None and old.speedup >= result.speedup:
+            if not replace and old.speedup is not None and old.speedup >= result.speedup:
                 return False
             conn.execute(t.update().where(where).values(**values))
             return True

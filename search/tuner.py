@@ -14,7 +14,10 @@ attr `reason` and costs no measurement; a program already measured in the study 
 its earlier value (`duplicate_of`). The rest are measured together by the runner; each
 result is told (value = reward = log(cublas_us / kernel_us), a failed build or run gets
 search.env.WORST_REWARD with its `kind` and `message`) and observed by the policy. A new
-best goes to the tuned database.
+best goes to the tuned database. Once the budget is spent, the best few programs (and the
+database's entry) are timed again together and the winner, with those figures, becomes
+the outcome and the database entry (`settings.confirm`, search.confirm): the best of many
+noisy readings reads high.
 
 Budgets count the whole study, every run and worker together: `trials` measured
 candidates, `seconds` of measurement (the sum of each trial's `cost_s`). State lives only
@@ -31,7 +34,7 @@ import random
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from ir.program import Problem
@@ -39,65 +42,11 @@ from ir.space import Space
 from search.env import WORST_REWARD, reward
 from search.records import Result
 from search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
+from search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
 from search.studies import (fail_stale_trials, heartbeat, make_sampler, open_storage,
                              study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Per problem, over the whole study: measured candidates, and seconds of measurement
-    (None: no time limit)."""
-
-    trials: int = 32
-    seconds: float | None = None
-
-    def __post_init__(self):
-        if self.trials < 1 or (self.seconds is not None and self.seconds <= 0):
-            raise ValueError(f"budget: trials must be >= 1 and seconds > 0, got {self}")
-
-
-@dataclass(frozen=True)
-class TuneSettings:
-    """How the tuner spends a budget.
-
-    batch: candidates measured together (builds overlap); policy_share: the fraction of a
-    batch the policy proposes (the sampler fills the rest); backends: None for every
-    registered one; max_rejects: invalid or duplicate asks tolerated per candidate before
-    a random legal program is enqueued instead; startup_trials: TPE's random start, made
-    of random legal programs (sampled and verified in memory, then enqueued: TPE's own
-    random start is mostly illegal programs, each a trial written and failed);
-    heartbeat_s / grace_s: a running trial is stale after grace_s without a heartbeat;
-    command: recorded with each best program in the tuned database."""
-
-    budget: Budget = field(default_factory=Budget)
-    batch: int = 8
-    policy_share: float = 0.5
-    backends: tuple[str, ...] | None = None
-    seed: int | None = None
-    max_rejects: int = 50
-    startup_trials: int = 8
-    heartbeat_s: int = 30
-    grace_s: int = 120
-    command: str = ""
-
-
-@dataclass
-class Outcome:
-    """A problem's study after tuning: `measured` candidates, the best ok Result and the
-    source (policy name, "sampler", "random") of the best program."""
-
-    problem: Problem
-    study: str
-    measured: int
-    best: Result | None
-    source: str = ""
-    timing: dict = field(default_factory=dict)  # this run's seconds by stage (see tune())
-
-    @property
-    def best_ratio(self) -> float | None:
-        return self.best.speedup if self.best else None
 
 
 class _Serialized:
@@ -189,7 +138,17 @@ class Tuner:
             if not batch:
                 break
             self._measure(study, problem, batch, timing)
-        return replace(self.outcome(study, problem), timing=timing)
+        outcome = replace(self.outcome(study, problem), timing=timing)
+        return self._confirm(study, problem, outcome) if self.settings.confirm else outcome
+
+    def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
+        from search.confirm import confirm, source_of
+        start = time.monotonic()
+        best, measured = confirm(self.runner, study, problem, self.settings.confirm,
+                                 self.database, self.settings.command)
+        outcome.timing["evaluate"] += (time.monotonic() - start) if measured else 0.0
+        return outcome if best is None else replace(
+            outcome, best=best, source=source_of(study, best.program), confirmed=True)
 
     def outcome(self, study, problem: Problem) -> Outcome:
         measured = _measured(study.get_trials(deepcopy=False))
