@@ -71,6 +71,10 @@ def healthy() -> bool:
 _POOL = OperandPool()
 
 
+def _quiet(step: str) -> None:
+    """The progress callback of a request timed alone: nobody listens."""
+
+
 class _Buffers:
     """The operands every contender shares: a (m, k), b as K x N and as N x K, outputs,
     and one workspace as large as the largest any of `kernels` asks for; from the worker's
@@ -178,7 +182,7 @@ def _best_blas(settings, samples: dict[str, list[float]]) -> float:
 
 
 def _time_group(bufs: _Buffers, kernels: Sequence, settings: BenchSettings,
-                seed: int) -> list[tuple[dict, list[str]]]:
+                seed: int, progress=_quiet) -> list[tuple[dict, list[str]]]:
     """Run the protocols for every kernel at once; per kernel, (Result time fields, flags).
     A kernel whose calibration launch is over slow_cutoff x cuBLAS's is cut short alone."""
     cs = bufs.contenders(kernels)
@@ -189,6 +193,7 @@ def _time_group(bufs: _Buffers, kernels: Sequence, settings: BenchSettings,
     out, timed = {}, []
     for c in cands:
         one, warm[c.name] = timing.calibrate(c, settings, cutoff)
+        progress(f"calibrated {c.name}")
         if one > cutoff:
             out[c.name] = ({"kernel_us": one, "cublas_us": blas_us}, [
                 f"slow: one launch took {one / blas_us:.1f}x cuBLAS "
@@ -196,15 +201,17 @@ def _time_group(bufs: _Buffers, kernels: Sequence, settings: BenchSettings,
         else:
             timed.append(c)
     if timed:
-        out.update(_time_protocols(bufs, timed, blas, settings, warm, seed))
+        out.update(_time_protocols(bufs, timed, blas, settings, warm, seed, progress))
     return [out[c.name] for c in cands]
 
 
-def _time_protocols(bufs, timed, blas, settings, warm, seed) -> dict[str, tuple[dict, list]]:
+def _time_protocols(bufs, timed, blas, settings, warm, seed,
+                    progress) -> dict[str, tuple[dict, list]]:
     import torch
     stream = torch.cuda.current_stream()
     counts = {c.name: timing.launches_per_graph(settings, warm[c.name]) for c in timed + blas}
     kernel = timing.kernel_protocol(timed + blas, settings, counts, stream)
+    progress("kernel rounds")
     out = {}
     for c in timed:
         speedups, blas_rounds = timing.per_round_speedups(kernel, c.name)
@@ -234,6 +241,7 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed) -> dict[str, tuple[
             continue
         for batch in batches:
             samples = protocol(batch + [best])
+            progress(f"{name} rounds")
             for c in batch:
                 out[c.name].update({f"{name}_us": timing.stat(settings, samples[c.name]),
                                     f"cublas_{name}_us": timing.stat(settings,
@@ -251,9 +259,12 @@ def run_request(request: MeasureRequest, artifact: ArtifactRecord, *, load=None)
 
 
 def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRecord], *,
-              load=None) -> list[Result]:
+              load=None, progress=None) -> list[Result]:
     """Gate every request, time them all interleaved (one group), re-check each; one Result
-    per request, in order: ok, or `wrong` for an output that failed its gate. Raises
+    per request, in order: ok, or `wrong` for an output that failed its gate.
+    `progress(step: str)`, if given, is called after each step (a gate, a calibration, a
+    protocol's rounds, a re-check): the worker reports these so that its parent's timeout
+    bounds each step rather than the whole group. Raises
     ValueError for requests that don't share a problem and settings, RuntimeError (or any
     other exception) for a failure to load, launch or run any of them, and RuntimeError
     when the CUDA context fails its health check after a wrong output. measure_s of each
@@ -265,10 +276,12 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
             for r in requests):
         raise ValueError("a group is one or more requests (each with its artifact) for one "
                          "problem with one BenchSettings")
-    return _measure(list(requests), list(artifacts), load=load, isolate_wrong=True)
+    return _measure(list(requests), list(artifacts), load=load, isolate_wrong=True,
+                    progress=progress or _quiet)
 
 
-def _measure(requests, artifacts, *, load, isolate_wrong: bool) -> list[Result]:
+def _measure(requests, artifacts, *, load, isolate_wrong: bool,
+             progress=_quiet) -> list[Result]:
     import torch
     from compiler.runtime import load as runtime_load
     start = time.perf_counter()
@@ -302,13 +315,15 @@ def _measure(requests, artifacts, *, load, isolate_wrong: bool) -> list[Result]:
             checked(i, lambda: gate.gate(bufs.launcher(kernel), problem, device="cuda",
                                          seed=req.seed, exact_check=settings.exact_check,
                                          sync=sync))
+            progress(f"gate {i}")
         live = [i for i in range(len(requests)) if i not in results]
         timed = dict(zip(live, _time_group(bufs, [kernels[i] for i in live], settings,
-                                           requests[0].seed)))
+                                           requests[0].seed, progress)))
         for i in live:
             checked(i, lambda: gate.run_once(bufs.launcher(kernels[i]), problem,
                                              device="cuda", seed=requests[i].seed + 2,
                                              sync=sync))
+            progress(f"re-check {i}")
     device = torch.cuda.get_device_name()
     measure_s = (time.perf_counter() - start) / len(requests)
     for i, (times, flags) in timed.items():

@@ -116,10 +116,12 @@ class DeviceRunner(Supervised):
                      artifacts: Sequence[ArtifactRecord],
                      build_s: Sequence[float | None]) -> Future:
         """Measure requests of one problem and settings together, timed interleaved (the
-        worker's run_group); the Future holds one Result per request, in order. The group
-        may take the sum of its requests' timeouts. If it fails as a whole (a crash, a
-        hang, a CUDA error) or the worker can't time groups, each request is measured
-        alone, so only the one at fault fails; those Results carry a flag saying why."""
+        worker's run_group); the Future holds one Result per request, in order. Each step
+        of the group (a gate, a calibration, one protocol's rounds for the whole group)
+        may take a request's timeout_s: the worker reports every step it finishes. If the
+        group fails as a whole (a crash, a hang, a CUDA error) or the worker can't time
+        groups, each request is measured alone, so only the one at fault fails; those
+        Results carry a flag saying why."""
         return self._pool.submit(lambda w: self._run_group(w, requests, artifacts, build_s))
 
     @classmethod
@@ -149,7 +151,7 @@ class DeviceRunner(Supervised):
             try:
                 reply = worker.call({"requests": [r.to_dict() for r in requests],
                                      "artifacts": [a.to_dict() for a in artifacts]},
-                                    sum(r.settings.timeout_s for r in requests))
+                                    max(r.settings.timeout_s for r in requests))
             except WorkerError as e:
                 return f"the group's worker failed ({e.kind}): {str(e)[:300]}"
         try:

@@ -111,6 +111,9 @@ class BenchSettings(_Record):
     each candidate with that layout on its own, as for a request alone.
     Without it every request is timed alone against its own cuBLAS rounds.
 
+    Time limit: a request timed alone may take timeout_s seconds in all; in a group, each
+    step (a gate, a calibration, one protocol's rounds for the whole group) may.
+
     Memory: with reuse_operands (the default) a worker keeps the operand and output tensors
     of its recent problems (search.operands.OperandPool) and draws fresh values into them for
     each request, so every request for a problem is timed on the same memory; without it

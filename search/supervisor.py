@@ -91,7 +91,9 @@ class Worker:
 
     def call(self, message: dict, timeout_s: float) -> dict:
         """Send one request and wait up to `timeout_s` for its reply; raise WorkerError.
-        A reply marked "exiting" (the worker stops after an error) reaps the process."""
+        A worker may report progress first ({"progress": ...} lines, as a group does after
+        each step): each report gives it `timeout_s` again. A reply marked "exiting" (the
+        worker stops after an error) reaps the process."""
         with self.lock:
             self.start()
             try:
@@ -101,6 +103,8 @@ class Worker:
                 raise WorkerError("runtime", f"worker {self.pid} died ({self._reap()})") \
                     from None
             reply = self._read(timeout_s, "working")
+            while "progress" in reply:
+                reply = self._read(timeout_s, f"working, after {reply['progress']}")
             if reply.get("exiting"):
                 self._reap()
             return reply

@@ -20,7 +20,8 @@ Protocol. The worker first writes {"ready": pid, "info": {...}, "groups": bool} 
          -> {"artifact": ArtifactRecord, "build_s": s} | {"failure": kind, "message": text}
   run:   {"request": MeasureRequest, "artifact": ArtifactRecord} -> {"result": Result}
          {"requests": [MeasureRequest], "artifacts": [ArtifactRecord]}
-         -> {"results": [Result]} | {"group_error": text} (then the worker exits)
+         -> {"progress": text} lines (one per step of the group), then
+            {"results": [Result]} | {"group_error": text} (then the worker exits)
 Replies travel on the process's original stdout; fd 1 is pointed at stderr at start, so a
 stray print (or a kernel's printf) can't corrupt the protocol. After any exception in a run
 (a CUDA error poisons the context) and after a wrong answer that leaves the worker
@@ -117,13 +118,16 @@ def handle_run(runner, module, msg: dict) -> tuple[dict, bool]:
 
 
 def _handle_group(module, msg: dict) -> tuple[dict, bool]:
-    """Run one group through the module's run_group. Any exception fails the whole group
-    (and the worker exits): the parent then measures its requests one by one, which
-    tells the request at fault from the others."""
+    """Run one group through the module's run_group, reporting each step it finishes
+    (run_group's `progress` callback) so the parent's timeout applies per step, not to the
+    whole group. Any exception fails the whole group (and the worker exits): the parent
+    then measures its requests one by one, which tells the request at fault from the
+    others."""
     requests = [MeasureRequest.from_dict(d) for d in msg["requests"]]
     artifacts = [ArtifactRecord.from_dict(d) for d in msg["artifacts"]]
     try:
-        results = module.run_group(requests, artifacts)
+        results = module.run_group(requests, artifacts,
+                                   progress=lambda step: _send(_REPLIES, {"progress": step}))
     except Exception as e:
         return {"group_error": _failure_text(e) + f"\n(worker {os.getpid()} exits)"}, True
     return {"results": [r.to_dict() for r in results]}, False
@@ -139,6 +143,7 @@ def _healthy(module) -> bool:
 
 
 _HANDLERS = {"build": handle_build, "run": handle_run}
+_REPLIES = sys.stdout  # the protocol's stream; main() points it at the original stdout
 
 
 def _send(out, message: dict) -> None:
@@ -169,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     role, spec = argv[0], argv[1]
     device = int(argv[2]) if len(argv) == 3 else None
-    out = os.fdopen(os.dup(1), "w")
+    global _REPLIES
+    out = _REPLIES = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     started = _start(role, spec, device, out)
     if started is None:

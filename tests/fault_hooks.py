@@ -3,8 +3,8 @@
 Workers load them by file path (search.worker's "/path/fault_hooks.py:run"), so they
 really run inside a worker process, and what they do to it is real: os.abort() and
 os._exit() kill it, time.sleep() hangs it. Which fault happens is chosen by the request's
-m (a real-looking Problem needs no extra field), or by its seed where the seed is one of
-the codes below (the requests of a group share m). run_group times a group the way
+m (a real-looking Problem needs no extra field), or by its seed where it is seed_for(code)
+(the requests of a group share m). run_group times a group the way
 search.bench.run_group does, as far as faults go: a wrong output fails its request, any
 other fault the whole group; its ok Results carry the flag "group of N". The OK and
 WRONG paths run the real correctness gate (search.gate) on CPU with a fake kernel written
@@ -21,7 +21,9 @@ from pathlib import Path
 from search import gate
 from search.records import ArtifactRecord, Result, replace
 
-OK, ABORT, EXIT, HANG, RAISE, CUDA_ERROR, WRONG, UNWRITTEN, SPAWN, QUICK_OK = range(11, 21)
+OK, ABORT, EXIT, HANG, RAISE, CUDA_ERROR, WRONG, UNWRITTEN, SPAWN, QUICK_OK, SLOW_OK = \
+    range(11, 22)
+SLOW_S = 0.8  # how long a SLOW_OK request takes
 FAKE_KERNEL_US, FAKE_CUBLAS_US = 10.0, 12.0
 
 
@@ -47,9 +49,19 @@ def _skips_last_row(a, b, out):
     out[:-1].copy_(gate.reference(a, b, "nn")[:-1].half())
 
 
+SEED_BASE = 100_000
+"""seed_for(code) = SEED_BASE + code: far above the seeds evaluate() hands out (seed + 3 i)."""
+
+
+def seed_for(code: int) -> int:
+    """The seed that makes a request behave as fault `code` whatever its m."""
+    return SEED_BASE + code
+
+
 def behaviour(request) -> int:
-    """The fault code of a request: its seed if that is one, else its m."""
-    return request.seed if OK <= request.seed <= QUICK_OK else request.m
+    """The fault code of a request: its seed's (seed_for), else its m's."""
+    code = request.seed - SEED_BASE
+    return code if OK <= code <= SLOW_OK else request.m
 
 
 def run(request, artifact: ArtifactRecord) -> Result:
@@ -61,25 +73,29 @@ def run(request, artifact: ArtifactRecord) -> Result:
         os._exit(7)
     if m == HANG:
         time.sleep(3600)
+    if m == SLOW_OK:
+        time.sleep(SLOW_S)
     if m == RAISE:
         raise ValueError("injected failure")
     if m == CUDA_ERROR:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     kernel = {WRONG: _drops_last_k, UNWRITTEN: _skips_last_row}.get(m, _correct)
-    err = 0.0 if m == QUICK_OK else gate.gate(kernel, request.problem(), device="cpu",
+    err = 0.0 if m in (QUICK_OK, SLOW_OK) else gate.gate(kernel, request.problem(), device="cpu",
                                               seed=request.seed)
     return Result.for_request(request, device="fake", rel_err=err, kernel_us=FAKE_KERNEL_US,
                               cublas_us=FAKE_CUBLAS_US, message=f"pid {os.getpid()}")
 
 
-def run_group(requests, artifacts) -> list[Result]:
+def run_group(requests, artifacts, progress=None) -> list[Result]:
     results = []
-    for request, artifact in zip(requests, artifacts):
+    for i, (request, artifact) in enumerate(zip(requests, artifacts)):
         try:
             r = run(request, artifact)
             results.append(replace(r, flags=(*r.flags, f"group of {len(requests)}")))
         except gate.GateFailure as e:
             results.append(Result.failure(request, "wrong", str(e)))
+        if progress is not None:
+            progress(f"request {i}")
     return results
 
 

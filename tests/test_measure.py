@@ -268,7 +268,7 @@ def _grouped(result) -> bool:
 
 
 def test_group_is_timed_together_and_a_wrong_output_fails_alone():
-    reqs = [request(hooks.OK, seed=s) for s in (1, hooks.WRONG, 4)]
+    reqs = [request(hooks.OK, seed=s) for s in (1, hooks.seed_for(hooks.WRONG), 4)]
     with DeviceRunner(runner=HOOKS + "run") as runner:
         results = runner.submit_group(reqs, [fake_artifact(r) for r in reqs],
                                       [0.5] * 3).result()
@@ -287,7 +287,8 @@ def test_a_group_that_fails_is_measured_request_by_request(fault, kind, why):
     """A crash, an exception or a hang takes the whole group down; then each request is
     measured alone, so only the one at fault fails and the others say why they ran alone."""
     settings = BenchSettings(timeout_s=20.0 if fault != hooks.HANG else 2.0)
-    reqs = [request(hooks.QUICK_OK, seed=s, settings=settings) for s in (1, fault, 4)]
+    reqs = [request(hooks.QUICK_OK, seed=s, settings=settings)
+            for s in (1, hooks.seed_for(fault), 4)]
     with DeviceRunner(runner=HOOKS + "run") as runner:
         results = runner.submit_group(reqs, [fake_artifact(r) for r in reqs],
                                       [None] * 3).result()
@@ -295,6 +296,28 @@ def test_a_group_that_fails_is_measured_request_by_request(fault, kind, why):
     assert not any(_grouped(r) for r in results)
     assert all(any(f.startswith(f"timed alone: {why}") for f in r.flags)
                for r in (results[0], results[2])), results[0].flags
+
+
+def test_a_group_reports_progress_so_a_hang_is_caught_per_step():
+    """Five requests of 2 s each: a group that works through them reports each one, so it
+    finishes although the whole takes longer than one request's limit; a hang in it is
+    caught within about one limit, not five."""
+    settings = BenchSettings(timeout_s=2.0)
+    slow = [request(hooks.SLOW_OK, seed=s, settings=settings) for s in range(1, 6)]
+    with DeviceRunner(runner=HOOKS + "run") as runner:
+        start = time.monotonic()
+        results = runner.submit_group(slow, [fake_artifact(r) for r in slow],
+                                      [None] * 5).result()
+        assert [r.kind for r in results] == [None] * 5 and all(_grouped(r) for r in results)
+        assert time.monotonic() - start > 2.0 * 1.5  # longer than one limit in all
+        hung = [request(hooks.QUICK_OK, seed=s, settings=settings)
+                for s in (1, 2, hooks.seed_for(hooks.HANG), 4, 5)]
+        start = time.monotonic()
+        results = runner.submit_group(hung, [fake_artifact(r) for r in hung],
+                                      [None] * 5).result()
+        took = time.monotonic() - start
+    assert [r.kind for r in results] == [None, None, "timeout", None, None]
+    assert took < 2.0 * 2 + 15  # the group's one limit, then the hang's own, plus restarts
 
 
 def test_measure_groups_requests_of_one_problem_and_settings():

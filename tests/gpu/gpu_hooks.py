@@ -7,8 +7,8 @@ real, correctly built kernel whose launches are tampered with, chosen by the req
   m == BOGUS_M:   every launch passes an unmapped address for A. The kernel faults
                   (illegal address), the CUDA context is poisoned, the worker must report
                   a runtime failure, exit, and be replaced.
-Any other m runs untouched. A request's seed, when it is one of these codes, picks its
-tampering instead of m: the requests of a group share m. run_group is
+Any other m runs untouched. A request's seed, when it is SEED_BASE + one of these codes,
+picks its tampering instead of m: the requests of a group share m. run_group is
 search.bench.run_group with the same tampering, so groups run too. Loaded by file path:
 "tests/gpu/gpu_hooks.py:run".
 """
@@ -41,8 +41,12 @@ class _Tampered(Kernel):
         self.inner.launch(a_ptr, b_ptr, c_ptr, m, n, k - self.short_k, ws_ptr, ws_bytes, stream)
 
 
+SEED_BASE = 100_000  # seed SEED_BASE + code picks `code`, far above evaluate()'s seeds
+
+
 def _code(request) -> int:
-    return request.seed if request.seed in (SHORT_K_M, BOGUS_M) else request.m
+    code = request.seed - SEED_BASE
+    return code if code in (SHORT_K_M, BOGUS_M) else request.m
 
 
 def _tampered(kernel: Kernel, code: int) -> Kernel:
@@ -59,9 +63,9 @@ def run(request, artifact):
                              load=lambda art: _tampered(runtime_load(art), _code(request)))
 
 
-def run_group(requests, artifacts):
+def run_group(requests, artifacts, progress=None):
     """search.bench.run_group, each kernel tampered with as its request says (bench loads
     the artifacts in the requests' order)."""
     codes = iter([_code(r) for r in requests])
-    return bench.run_group(requests, artifacts,
+    return bench.run_group(requests, artifacts, progress=progress,
                            load=lambda art: _tampered(runtime_load(art), next(codes)))

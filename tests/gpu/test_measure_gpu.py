@@ -18,11 +18,13 @@ from ir.text import parse  # noqa: E402
 from search import env, gate, report  # noqa: E402
 from search.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
 from search.records import BenchSettings, MeasureRequest  # noqa: E402
+from search.worker import resolve  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 HOOKS = f"{Path(__file__).with_name('gpu_hooks.py').resolve()}:run"
+gpu_hooks, _ = resolve(HOOKS)  # the module the worker loads, for its codes
 # m picks gpu_hooks' tampering: 255 miscounts K, 257 passes a bogus pointer; others are clean.
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
 # SIMT kernels trail cuBLAS by 10-100x; a high slow_cutoff keeps every protocol running.
@@ -100,9 +102,9 @@ def _group(pools, seeds, problem=Problem(256, 256, 256)):
 
 
 def test_group_times_together_and_fails_a_wrong_kernel_alone(pools):
-    """Three requests of one problem form one group; the middle one (seed 255) computes
+    """Three requests of one problem form one group; the middle one (SHORT_K_M) computes
     the wrong thing and fails alone while the group goes on."""
-    results = _group(pools, [1, 255, 7])
+    results = _group(pools, [1, gpu_hooks.SEED_BASE + gpu_hooks.SHORT_K_M, 7])
     assert [r.kind for r in results] == [None, "wrong", None], [r.message for r in results]
     assert not any(f.startswith("timed alone") for r in results for f in r.flags)
     same = results[0].kernel_us / results[2].kernel_us
@@ -110,9 +112,9 @@ def test_group_times_together_and_fails_a_wrong_kernel_alone(pools):
 
 
 def test_a_crash_in_a_group_costs_one_request(pools):
-    """The middle request (seed 257) faults: the group's worker dies, each request is
+    """The middle request (BOGUS_M) faults: the group's worker dies, each request is
     then measured alone, and only the one at fault fails."""
-    results = _group(pools, [1, 257, 7])
+    results = _group(pools, [1, gpu_hooks.SEED_BASE + gpu_hooks.BOGUS_M, 7])
     assert [r.kind for r in results] == [None, "runtime", None], [r.message for r in results]
     assert "illegal" in results[1].message.lower(), results[1].message[-600:]
     assert all(any(f.startswith("timed alone: the group") for f in r.flags)
