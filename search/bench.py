@@ -210,8 +210,8 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
     import torch
     stream = torch.cuda.current_stream()
     counts = {c.name: timing.launches_per_graph(settings, warm[c.name]) for c in timed + blas}
-    kernel = timing.kernel_protocol(timed + blas, settings, counts, stream)
-    progress("kernel rounds")
+    kernel = timing.kernel_protocol(timed + blas, settings, counts, stream,
+                                    lambda r: progress(f"kernel round {r}"))
     out = {}
     for c in timed:
         speedups, blas_rounds = timing.per_round_speedups(kernel, c.name)
@@ -230,7 +230,9 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
     # torch.matmul's call + sync read 10-57 us slower and ours did not (benchmarks/NOTES.md),
     # which would flatter the host-overhead comparison.
     protocols = {
-        "cold": (lambda cs: timing.cold_protocol(cs, settings, warm, stream), [timed]),
+        "cold": (lambda cs: timing.cold_protocol(cs, settings, warm, stream,
+                                                 lambda r: progress(f"cold round {r}")),
+                 [timed]),
         "call": (lambda cs: timing.call_protocol(cs, settings, bufs.refill),
                  [[c] for c in timed]),
         "server": (lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
@@ -263,8 +265,9 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
     """Gate every request, time them all interleaved (one group), re-check each; one Result
     per request, in order: ok, or `wrong` for an output that failed its gate.
     `progress(step: str)`, if given, is called after each step (a gate, a calibration, a
-    protocol's rounds, a re-check): the worker reports these so that its parent's timeout
-    bounds each step rather than the whole group. Raises
+    kernel or cold round, a candidate's call or server rounds, a re-check): the worker
+    reports these so that its parent's timeout bounds each step rather than the group.
+    Raises
     ValueError for requests that don't share a problem and settings, RuntimeError (or any
     other exception) for a failure to load, launch or run any of them, and RuntimeError
     when the CUDA context fails its health check after a wrong output. measure_s of each

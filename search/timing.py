@@ -76,28 +76,33 @@ def launches_per_graph(settings: BenchSettings, per_launch_us: float) -> int:
     return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
 
 
-def interleave(contenders, rounds: int, sample: Callable,
-               warm_rounds: int = 0) -> dict[str, list[float]]:
+def interleave(contenders, rounds: int, sample: Callable, warm_rounds: int = 0,
+               after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
     """`rounds` samples per contender; each round visits all of them, in alternating order.
-    `warm_rounds` rounds run first and are not recorded."""
+    `warm_rounds` rounds run first and are not recorded; `after_round(r)` is called after
+    each round (a group's worker reports it as progress)."""
     out = {c.name: [] for c in contenders}
     for r in range(warm_rounds + rounds):
         for c in (contenders if r % 2 == 0 else contenders[::-1]):
             value = sample(c)
             if r >= warm_rounds:
                 out[c.name].append(value)
+        if after_round is not None:
+            after_round(r)
     return out
 
 
-def kernel_protocol(cs, settings, counts, stream) -> dict[str, list[float]]:
+def kernel_protocol(cs, settings, counts, stream,
+                    after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
     """Per round, one replay of each contender's graph of counts[name] launches (L2 warm)."""
     graphs = {c.name: graph(repeat(c.launch, counts[c.name]), stream) for c in cs}
     return interleave(cs, settings.rounds,
                       lambda c: elapsed_us(graphs[c.name].replay) / counts[c.name],
-                      settings.warm_rounds)
+                      settings.warm_rounds, after_round)
 
 
-def cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
+def cold_protocol(cs, settings, times, stream,
+                  after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
     """Per launch, L2 flushed before each: graph(n x (flush, launch)) - graph(n x flush)."""
     import torch
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -112,7 +117,7 @@ def cold_protocol(cs, settings, times, stream) -> dict[str, list[float]]:
     alone = {c.name: graph(repeat(flush, n[c.name]), stream) for c in cs}
     return interleave(cs, settings.rounds, lambda c: (
         elapsed_us(both[c.name].replay) - elapsed_us(alone[c.name].replay)) / n[c.name],
-        settings.warm_rounds)
+        settings.warm_rounds, after_round)
 
 
 def call_us(c: Contender, refill: Callable[[], None], idle_s: float = 0.0) -> float:

@@ -353,3 +353,20 @@ def test_warm_rounds_run_first_and_are_not_recorded():
     samples = timing.interleave(cs, 2, lambda c: (c.name, next(ticks)), warm_rounds=1)
     # round 0 (a, b) is the warm one; round 1 runs b, a; round 2 a, b
     assert samples == {"a": [("a", 3), ("a", 4)], "b": [("b", 2), ("b", 5)]}
+
+
+def test_group_reports_every_step(simulate):
+    """run_group's progress callback hears of every gate, calibration, round and re-check,
+    which is what lets the worker's parent bound each step instead of the whole group."""
+    sim = simulate(candidate_us=5.0)
+    steps = []
+    s = BenchSettings(rounds=3, warmup=2, min_graph_launches=3, max_graph_launches=3,
+                      protocols=("kernel", "cold"))
+    reqs = [MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", s, seed=5 + 3 * i) for i in range(2)]
+    arts = [ArtifactRecord("key", "fake", "/nonexistent", SIMT, "nn", "f32")] * 2
+    bench.run_group(reqs, arts, load=lambda a: FakeKernel(sim, "nn"), progress=steps.append)
+    rounds = s.warm_rounds + s.rounds
+    assert steps == (["gate 0", "gate 1", "calibrated candidate0", "calibrated candidate1"]
+                     + [f"kernel round {r}" for r in range(rounds)]
+                     + [f"cold round {r}" for r in range(rounds)] + ["cold rounds"]
+                     + ["re-check 0", "re-check 1"])
