@@ -267,11 +267,11 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
     `progress(step: str)`, if given, is called after each step (a gate, a calibration, a
     kernel or cold round, a candidate's call or server rounds, a re-check): the worker
     reports these so that its parent's timeout bounds each step rather than the group.
-    Raises
-    ValueError for requests that don't share a problem and settings, RuntimeError (or any
-    other exception) for a failure to load, launch or run any of them, and RuntimeError
-    when the CUDA context fails its health check after a wrong output. measure_s of each
-    Result is the group's time over its number of requests."""
+
+    Raises ValueError for requests that don't share a problem and settings, RuntimeError
+    (or any other exception) for a failure to load, launch or run any of them, and
+    RuntimeError when the CUDA context fails its health check after a wrong output.
+    measure_s of each Result is the group's time over its number of requests."""
     first = requests[0] if requests else None
     if not requests or len(requests) != len(artifacts) or any(
             (r.m, r.n, r.k, r.layout, r.acc, r.settings)
