@@ -177,10 +177,6 @@ def plausibility_flags(problem, device_name: str, times: dict[str, float | None]
     return flags
 
 
-def _best_blas(settings, samples: dict[str, list[float]]) -> float:
-    return min(timing.stat(settings, samples[n]) for n in ("cublas_nn", "cublas_tn"))
-
-
 def _time_group(bufs: _Buffers, kernels: Sequence, settings: BenchSettings,
                 seed: int, progress=_quiet) -> list[tuple[dict, list[str]]]:
     """Run the protocols for every kernel at once; per kernel, (Result time fields, flags).
@@ -212,19 +208,20 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
     counts = {c.name: timing.launches_per_graph(settings, warm[c.name]) for c in timed + blas}
     kernel = timing.kernel_protocol(timed + blas, settings, counts, stream,
                                     lambda r: progress(f"kernel round {r}"))
+    # cuBLAS's figure is the better layout's. The other protocols time that layout only:
+    # taking the lower of the NN and TN medians again would pick whichever drew the luckier
+    # noise, a bias of its own in the noisy call timings (two equal calls' min reads low).
+    best = min(blas, key=lambda c: timing.stat(settings, kernel[c.name]))
+    blas_us = timing.stat(settings, kernel[best.name])
     out = {}
     for c in timed:
         speedups, blas_rounds = timing.per_round_speedups(kernel, c.name)
         out[c.name] = {"kernel_us": timing.stat(settings, kernel[c.name]),
-                       "cublas_us": _best_blas(settings, kernel),
+                       "cublas_us": blas_us,
                        "spread": timing.spread(speedups),
                        "cublas_spread": timing.spread(blas_rounds)}
         if settings.statistic == "median":  # each round's pair ran within one round's time
             out[c.name]["paired_speedup"] = statistics.median(speedups)
-    # The other protocols time cuBLAS's layout that won the kernel protocol. Taking the
-    # lower of the NN and TN medians again would pick whichever drew the luckier noise, a
-    # bias of its own in the noisy call timings (two equal calls' min reads low).
-    best = min(blas, key=lambda c: timing.stat(settings, kernel[c.name]))
     # Cold rounds visit the whole group, like the kernel rounds. Call and server rounds pair
     # each candidate with cuBLAS alone: interleaved with a whole group of other calls,
     # torch.matmul's call + sync read 10-57 us slower and ours did not (benchmarks/NOTES.md),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from search.env import WORST_REWARD, reward
 from search.records import Result
+from search.studies import measured_trials
 
 ATTR = "confirmed"
 
@@ -25,10 +26,8 @@ ATTR = "confirmed"
 def contenders(study, top: int, incumbent: str | None = None) -> list[str]:
     """The study's `top` best distinct ok programs by measured reward (best first), then
     `incumbent` (the database entry's program text) if it is not among them."""
-    from optuna.trial import TrialState
-    ranked = sorted((t for t in study.get_trials(deepcopy=False)
-                     if t.state == TrialState.COMPLETE and t.user_attrs.get("measured")
-                     and t.user_attrs.get("status") == "ok" and t.value is not None
+    ranked = sorted((t for t in measured_trials(study.get_trials(deepcopy=False))
+                     if t.user_attrs.get("status") == "ok" and t.value is not None
                      and t.value > WORST_REWARD),
                     key=lambda t: t.value, reverse=True)
     programs: list[str] = []
@@ -46,8 +45,8 @@ def contenders(study, top: int, incumbent: str | None = None) -> list[str]:
 def source_of(study, program: str) -> str:
     """The source (policy name, "sampler", ...) of the study's trial that measured
     `program`, or "database" if none did (the database's entry, tuned elsewhere)."""
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("measured") and t.user_attrs["result"]["program"] == program:
+    for t in measured_trials(study.get_trials(deepcopy=False)):
+        if t.user_attrs["result"]["program"] == program:
             return t.user_attrs.get("source", "")
     return "database"
 

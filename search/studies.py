@@ -119,6 +119,12 @@ def _HeartbeatStorage(*args, **kwargs):
     return _storage_class()(*args, **kwargs)
 
 
+def measured_trials(trials) -> list:
+    """The trials whose program was measured and told (ok or failed), in study order."""
+    from optuna.trial import TrialState
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("measured")]
+
+
 def trial_id(trial) -> int:
     return trial._trial_id  # optuna's own code passes this to storage calls
 

@@ -43,8 +43,8 @@ from search.env import WORST_REWARD, reward
 from search.records import Result
 from search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
 from search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from search.studies import (fail_stale_trials, heartbeat, make_sampler, open_storage,
-                             study_name, trial_id)
+from search.studies import (fail_stale_trials, heartbeat, make_sampler, measured_trials,
+                             open_storage, study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
 
@@ -62,11 +62,6 @@ class _Serialized:
     def observe(self, *args, **kwargs):
         with self._lock:
             return self.inner.observe(*args, **kwargs)
-
-
-def _measured(trials) -> list:
-    from optuna.trial import TrialState
-    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("measured")]
 
 
 def _result_attrs(result: Result, source: str, cost_s: float, worker: str) -> dict:
@@ -151,7 +146,7 @@ class Tuner:
             outcome, best=best, source=source_of(study, best.program), confirmed=True)
 
     def outcome(self, study, problem: Problem) -> Outcome:
-        measured = _measured(study.get_trials(deepcopy=False))
+        measured = measured_trials(study.get_trials(deepcopy=False))
         ok = [t for t in measured if t.user_attrs.get("status") == "ok"]
         best = max(ok, key=lambda t: t.value, default=None)
         result = Result.from_dict(best.user_attrs["result"]) if best else None
@@ -162,7 +157,7 @@ class Tuner:
         """How many candidates this worker may start now (0: the budget is spent)."""
         from optuna.trial import TrialState
         trials = study.get_trials(deepcopy=False)
-        measured = _measured(trials)
+        measured = measured_trials(trials)
         running = sum(t.state == TrialState.RUNNING and bool(t.user_attrs.get("candidate"))
                       for t in trials)
         budget = self.settings.budget
@@ -176,7 +171,7 @@ class Tuner:
         from ir.text import parse
         if self.policy is None:
             return
-        for t in _measured(study.get_trials(deepcopy=False)):
+        for t in measured_trials(study.get_trials(deepcopy=False)):
             if (study.study_name, t.number) not in self._observed:
                 self._observed.add((study.study_name, t.number))
                 self.policy.observe(problem, parse(t.user_attrs["result"]["program"]), t.value)
