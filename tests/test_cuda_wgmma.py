@@ -16,6 +16,7 @@ from ir import Arch, Problem, check, parse
 COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"
 NOWS = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k3 persistent c1x1 nows direct"
 CLUSTER = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct"
+PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 col/4 padop k1 persistent c1x1 pingpong tma"
 ALIGNED = Problem(4096, 4096, 4096, "nt", "f32")
 
 
@@ -52,6 +53,11 @@ def test_sm80_is_refused_naming_wgmma():
     (with_(COOP, tile="64x128x128", warps="w1x1", stages="s3", split_k="k2a"), ALIGNED),
     (with_(COOP, cluster="c2x1", schedule="persistent"), ALIGNED), (CLUSTER, None),
     (with_(COOP, cluster="c1x2"), Problem(1000, 4096, 336, "nt", "f32")),
+    (with_(COOP, epilogue="tma"), ALIGNED), (PINGPONG, ALIGNED),
+    (PINGPONG, Problem(17, 33, 65, "nn", "f16")),  # n % 8 != 0: the launch stores C directly
+    (with_(PINGPONG, tile="128x256x64", stages="s3"), Problem(64, 64, 64, "nn", "f16")),
+    (with_(COOP, tile="192x128x64", warps="w1x2", epilogue="tma"), ALIGNED),
+    (with_(PINGPONG, split_k="k3", epilogue="direct"), ALIGNED),
 ])
 def test_accepts(text, problem):
     assert check(parse(text), problem) is None
@@ -69,7 +75,15 @@ def test_accepts(text, problem):
     ({"tile": "512x128x64", "warps": "w4x1", "stages": "s2"}, ALIGNED, "one TMA box"),
     ({"cluster": "c4x2"}, ALIGNED, "at most 4"),
     ({"tile": "128x8x64", "warps": "w1x1", "cluster": "c2x1"}, ALIGNED, "8-row swizzle atoms"),
-    ({"epilogue": "tma"}, ALIGNED, "epilogue"),
+    ({"epilogue": "smem"}, ALIGNED, "epilogue"),
+    ({"epilogue": "tma", "split_k": "k2"}, ALIGNED, "split-K writes fp32 partials"),
+    ({"epilogue": "tma", "tile": "64x32x64", "warps": "w1x1"}, ALIGNED, "64-column boxes"),
+    ({"warp_spec": "pingpong"}, ALIGNED, "use w1x1, not w2x1"),
+    ({"warp_spec": "pingpong", "tile": "128x256x64", "warps": "w1x1"}, ALIGNED,
+     "registers per thread"),
+    ({"warp_spec": "pingpong", "tile": "192x128x64", "warps": "w1x1"}, ALIGNED,
+     "registers per thread"),
+    ({"epilogue": "tma", "stages": "s5"}, ALIGNED, "shared memory"),
     ({"schedule": "streamk"}, ALIGNED, "schedule"),
     ({"cluster": "c1x2"}, Problem(4096, 4096, 4096, "nn"), "verified for layout nt only"),
     ({}, Problem(1000, 4096, 333, "nt"), "use padop"),
@@ -107,6 +121,31 @@ def test_cooperative_source_holds_the_promised_ptx():
         f"// program: {COOP}", "-gencode=arch=compute_90a,code=sm_90a",
     ]:
         assert needle in text, needle
+
+
+def test_tma_epilogue_and_pingpong_source():
+    text = lowered(PINGPONG, Problem(4096, 4096, 4096, "nt", "f32"))
+    for needle in [
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group", "cp.async.bulk.commit_group",
+        "cp.async.bulk.wait_group.read %0", "cp.async.bulk.wait_group 0",
+        "fence.proxy.async.shared::cta", "bar.sync %0, %1",
+        "const __grid_constant__ CUtensorMap tma_c", "constexpr bool kPingpong = true;",
+        "constexpr bool kEpiTma = true;", "constexpr int kConsumers = 2, kWN = 1;",
+        "constexpr int kThreads = 384;", "constexpr int kEmptyArrivals = 1;",
+        "kEpiBytes = 32768;",  # two consumers x two 64 x 64 boxes of 8 KB
+        "aligned16(C) && N % kTmaRowAlign == 0",  # any other C is stored directly
+        "(ta, tb, tc, args)",
+    ]:
+        assert needle in text, needle
+    direct = lowered(COOP, ALIGNED)
+    assert "tma_c" not in direct and "bulk_group" not in direct and "kEpiBytes = 0;" in direct
+
+
+def test_tma_epilogue_counts_its_boxes_in_shared_memory():
+    be = backend()
+    ring = be.smem_bytes(parse(COOP))
+    assert be.smem_bytes(parse(with_(COOP, epilogue="tma"))) == ring + 2 * 2 * 8192
+    assert be.smem_bytes(parse(PINGPONG)) == be.smem_bytes(parse(with_(PINGPONG, epilogue="direct"))) + 32768
 
 
 def test_layout_and_accumulator_pick_the_wgmma_form():
@@ -171,6 +210,21 @@ def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
     if nvcc.cuobjdump():
         for needle in ("HGMMA.64x256x16.F32", "tnspB", "UTMALDG.2D", "SYNCS.PHASECHK",
                        "SYNCS.ARRIVE", "USETMAXREG"):
+            assert needle in sass, needle
+
+
+@pytest.mark.nvcc
+def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path):
+    cu = emit(Problem(1000, 4096, 336, "nt", "f16"), parse(with_(PINGPONG, tile="128x256x64",
+                                                                stages="s3")), tmp_path)
+    so = tmp_path / "selftest"
+    report = _ptxas_report(cu, so)
+    kernel = report[report.index("gf_cuda_wgmma"):]
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", kernel)
+    assert "C7508" not in report and "serialized" not in report
+    if nvcc.cuobjdump():
+        sass = nvcc.disassemble(so)
+        for needle in ("HGMMA.64x256x16.F16", "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
             assert needle in sass, needle
 
 

@@ -98,12 +98,12 @@ def test_outside_the_space_is_refused():
 
 
 def test_tile_extras_are_searched_where_the_backend_takes_them():
-    """192-wide tiles are candidates for cute_cpp only; like every shape knob they are
-    listed before legality, which keeps them off sm_80 when programs are sampled."""
-    assert 192 in variant("cute_cpp", Arch.SM90A).choices("tile.bm")
-    assert 192 in variant("cute_cpp", Arch.SM90A).choices("tile.bn")
+    """192-wide tiles are candidates for cute_cpp and cuda_wgmma only; like every shape knob
+    they are listed before legality, which keeps them off sm_80 when programs are sampled."""
+    for name in ("cute_cpp", "cuda_wgmma"):
+        assert 192 in variant(name, Arch.SM90A).choices("tile.bm")
+        assert 192 in variant(name, Arch.SM90A).choices("tile.bn")
     assert 192 not in variant("triton", Arch.SM90A).choices("tile.bn")
-    assert 192 not in variant("cuda_wgmma", Arch.SM90A).choices("tile.bn")
     sm80, rng = Space.build([Arch.SM80], ["cute_cpp"], PROBLEM), random.Random(0)
     sampled = [sm80.sample_legal(PROBLEM, rng) for _ in range(30)]
     assert all(check(p, PROBLEM) is None and 192 not in (p.tile.bm, p.tile.bn)

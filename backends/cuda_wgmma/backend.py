@@ -14,8 +14,15 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      stage it waits on `full` (try_wait.parity), issues bk/16 x wg_m/64 wgmma.mma_async
      m64n{wg_n}k16 from shared-memory descriptors (B transposed for layout nn), commits,
      and once the previous stage's group has retired (wait_group 1) frees that stage.
-  4. Epilogue: accumulators go straight from registers to C (predicated at the edges), or to
-     fp32 split-K partials that a reduce kernel sums (workspace) or accumulates (atomic).
+     warp_spec pingpong: two consumer warpgroups each own whole tiles and take the CTA's
+     units in turn (each skips the other's stages in the ring), so one's epilogue runs
+     while the other computes.
+  4. Epilogue direct: accumulators go straight from registers to C (predicated at the
+     edges), or to fp32 split-K partials that a reduce kernel sums (workspace) or
+     accumulates (atomic). Epilogue tma: each consumer writes 64 x 64 boxes of C into two
+     swizzled shared-memory buffers in turn and stores each with cp.async.bulk.tensor (TMA
+     clips at the edges); a C that TMA can't write (not 16-byte aligned, n % 8 != 0) takes
+     the direct stores compiled beside it.
   5. schedule persistent: as many CTAs (clusters) as fit at once walk the units (tile x K
      slice, grouped raster) with a stride; the producer runs ahead across unit boundaries.
   6. cluster cm x cn: CTA (i, j) loads 1/cn of the A tile and 1/cm of the B tile and
@@ -34,7 +41,8 @@ Constraints:
   - stages >= 2 and the ring within 227 KB of shared memory;
   - padding predicate needs k % 8 == 0 (and n % 8 == 0 for nn): TMA reads 16-byte aligned
     rows; padop copies unaligned operands into the workspace instead;
-  - schedule data_parallel or persistent; epilogue direct;
+  - schedule data_parallel or persistent; epilogue direct or tma (tma: split_k 1, and a
+    warpgroup's N a multiple of 64); warp_spec pingpong needs warps w1x1;
   - cluster cm x cn with cm * cn <= 4, layout nt only. Open: with layout nn the same kernel
     computed wrong results on an H200 (c2x1 and c1x2 alike, NaN in 1/8 of C at 4096^3, even
     with B not multicast), while c1x1 nn and every nt cluster passed; declined until found.
@@ -46,10 +54,12 @@ from pathlib import Path
 from backends import register
 from backends.base import Source
 from backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
-from backends.cuda_wgmma.context import TMA_ROW_ALIGN_HALFS, make_context, reason
+from backends.cuda_wgmma.context import (
+    ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, make_context, reason,
+)
 from backends.templating import fingerprint, render
 from compiler import nvcc
-from ir.program import Arch, Epilogue, Padding, Problem, Program, Schedule, WarpSpec
+from ir.program import Arch, Epilogue, Layout, Padding, Problem, Program, Schedule, WarpSpec
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -67,16 +77,23 @@ class CudaWgmma(CudaBackend):
     archs = frozenset({Arch.SM90A})
     instruction = "wgmma.mma_async"
     mma_shape = (64, 8, 16)   # m64nNk16; a warpgroup's N is any multiple of 8 up to 256
-    unit_threads = 128        # Program.warps counts consumer warpgroups
+    unit_threads = 128        # Program.warps counts consumer warpgroups (of one tile)
+    # verify's coarse bound; reason() checks each program's real setmaxnreg budget
+    consumer_accum_regs = SETMAXNREG_MAX - ACC_HEADROOM_REGS
+    tile_extras = frozenset({192})  # one TMA box; 192 rows are three m64 blocks
     allowed = {
         "padding": frozenset(Padding),
         "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}),
-        "warp_spec": frozenset({WarpSpec.NONE, WarpSpec.COOPERATIVE}),
-        "epilogue": frozenset({Epilogue.DIRECT}),
+        "warp_spec": frozenset(WarpSpec),
+        "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
     }
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         return reason(program, problem)
+
+    def smem_bytes(self, program: Program) -> int | None:
+        # the ring plus two 64 x 64 C boxes per consumer (not ir.graph's whole C tile)
+        return geometry(program, Layout.NN)["smem_bytes"]
 
     def lower(self, program: Program, problem: Problem) -> Source:
         ctx = make_context(program, problem).as_dict()

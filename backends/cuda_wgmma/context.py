@@ -12,6 +12,8 @@ Shared-memory layout (per pipeline stage, every tile base 1024-byte aligned):
 A wgmma descriptor names one 64-row (A) or wg_n-column (B) slab of a stage; its k16 steps
 move the start address: +32 bytes inside a 128-byte K-major row (a new box every 4 steps),
 or +16 rows (2048 bytes) of an N-major box.
+After the ring's tiles, epilogue tma gives each consumer warpgroup two 64 x 64 C boxes (8 KB
+each, 128B-swizzled like the operands), written from registers and stored by TMA in turn.
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from dataclasses import asdict, dataclass
 
 from ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
 from ir.program import (
-    Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Reduction, Schedule, Swizzle,
-    WarpSpec,
+    Accum, Arch, Epilogue, Layout, Padding, Problem, Program, RasterOrder, Reduction, Schedule,
+    Swizzle, WarpSpec,
 )
 
 WGMMA_M, WGMMA_K, WGMMA_N_MAX, WGMMA_N_STEP = 64, 16, 256, 8
@@ -40,6 +42,10 @@ PRODUCER_REGS = {1: 40, 2: 40, 3: 24, 4: 24}  # the TMA warpgroup's registers, b
 ACC_HEADROOM_REGS = 48       # addressing, descriptors and loop state beside the accumulators
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
+PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
+EPI_BOX = 64                 # epilogue tma: C leaves shared memory in 64 x 64 boxes
+EPI_BUFFERS = 2              # per consumer: one box filling while the other is stored
+EPI_BOX_BYTES = EPI_BOX * EPI_BOX * HALF_BYTES
 
 
 def _floor8(x: int) -> int:
@@ -61,7 +67,8 @@ class WgmmaContext:
     bk: int
     stages: int
     consumers: int           # consumer warpgroups (each issues wgmma)
-    wn: int                  # consumers along N (wm = consumers / wn along M)
+    wn: int                  # consumers of one tile along N (wm = tile consumers / wn along M)
+    pingpong: bool           # consumers take turns at whole tiles (else they share each tile)
     wg_m: int                # C block one consumer owns: wg_m x wg_n
     wg_n: int
     m_atoms: int             # m64 wgmmas per k16 step per consumer
@@ -79,6 +86,8 @@ class WgmmaContext:
     b_box_bytes: int
     a_tile_bytes: int
     b_tile_bytes: int
+    epi_tma: bool            # epilogue tma: registers -> swizzled 64 x 64 boxes -> TMA store
+    epi_bytes: int           # shared memory of those boxes, all consumers
     smem_bytes: int          # dynamic shared memory requested, slack included
     a_desc_hi: str           # wgmma descriptor bits besides the start address (hex)
     b_desc_hi: str
@@ -88,7 +97,7 @@ class WgmmaContext:
     cluster_n: int
     a_slice_rows: int        # rows of each A box this CTA loads and multicasts (bm / cluster_n)
     b_slice_rows: int        # rows of each B box this CTA loads and multicasts (/ cluster_m)
-    empty_arrivals: int      # consumer warpgroups, of every CTA writing into this one, per stage
+    empty_arrivals: int      # consumers of a stage, of every CTA writing into this one
     persistent: bool
     raster_col: bool
     raster_group: int
@@ -109,8 +118,9 @@ def _desc_hi(lbo: int, sbo: int) -> str:
 def geometry(program: Program, layout: Layout) -> dict:
     """The numbers legality and lowering share (no problem size needed)."""
     t, w = program.tile, program.warps
-    consumers = w.count
-    producer = program.warp_spec == WarpSpec.COOPERATIVE
+    pingpong = program.warp_spec == WarpSpec.PINGPONG
+    consumers = PINGPONG_CONSUMERS if pingpong else w.count
+    producer = program.warp_spec in (WarpSpec.COOPERATIVE, WarpSpec.PINGPONG)
     threads = (consumers + producer) * WARPGROUP_THREADS
     entry = min(MAX_THREAD_REGS, _floor8(REGS_PER_SM // threads))
     if producer:
@@ -127,16 +137,20 @@ def geometry(program: Program, layout: Layout) -> dict:
     b_box_rows = t.bn if nt else t.bk
     b_boxes = t.bk // SWIZZLE_HALFS if nt else t.bn // SWIZZLE_HALFS
     stage_bytes = (t.bm + t.bn) * t.bk * HALF_BYTES
+    epi_tma = program.epilogue == Epilogue.TMA
+    epi_bytes = consumers * EPI_BUFFERS * EPI_BOX_BYTES if epi_tma else 0
     c = program.cluster
     return dict(
-        consumers=consumers, producer=producer, threads=threads, entry_regs=entry,
+        consumers=consumers, pingpong=pingpong, producer=producer, threads=threads,
+        entry_regs=entry, epi_tma=epi_tma, epi_bytes=epi_bytes,
         consumer_inc=producer and cons > min(SETMAXNREG_MAX, _ceil8(entry)),
         a_slice_rows=t.bm // c.cn, b_slice_rows=b_box_rows // c.cm,
         producer_regs=prod, consumer_regs=cons,
         wg_m=t.bm // w.wm, wg_n=t.bn // w.wn, nt=nt,
         a_boxes=t.bk // SWIZZLE_HALFS, b_boxes=b_boxes, b_box_rows=b_box_rows,
         a_box_bytes=t.bm * SWIZZLE_BYTES, b_box_bytes=b_box_rows * SWIZZLE_BYTES,
-        smem_bytes=program.stages * (stage_bytes + 2 * MBARRIER_BYTES) + SMEM_ALIGN_SLACK,
+        smem_bytes=(program.stages * (stage_bytes + 2 * MBARRIER_BYTES) + epi_bytes
+                    + (consumers * MBARRIER_BYTES if pingpong else 0) + SMEM_ALIGN_SLACK),
     )
 
 
@@ -153,6 +167,9 @@ def reason(program: Program, problem: Problem | None) -> str | None:
     if program.swizzle != Swizzle.B128:
         return (f"swizzle: cuda_wgmma stages operands through TMA in the 128B swizzle that "
                 f"wgmma descriptors read; use sw128, not {program.swizzle.value}")
+    if g["pingpong"] and w.count != 1:
+        return (f"warps: a ping-pong consumer warpgroup owns a whole tile (two take turns); "
+                f"use w1x1, not w{w.wm}x{w.wn}")
     if t.bk % SWIZZLE_HALFS:
         return f"tile.bk: {t.bk} is not a multiple of {SWIZZLE_HALFS} (one 128-byte swizzled row)"
     if t.bm > TMA_BOX_MAX or (layout == Layout.NT and t.bn > TMA_BOX_MAX):
@@ -178,6 +195,12 @@ def reason(program: Program, problem: Problem | None) -> str | None:
                 "backends/cuda_wgmma/backend.py); use c1x1 for nn")
     if program.stages < 2:
         return "stages: the TMA ring needs at least 2 stages"
+    if g["epi_tma"] and program.split_k.slices > 1:
+        return ("epilogue: split-K writes fp32 partials that a reduce kernel sums into C; "
+                "use epilogue direct with split_k > 1")
+    if g["epi_tma"] and g["wg_n"] % EPI_BOX:
+        return (f"epilogue: tma stores {EPI_BOX}-column boxes; a warpgroup's {g['wg_n']} columns "
+                f"are not a whole number of them (use direct, or raise tile.bn)")
     acc = problem.acc if problem else Accum.F32
     need = (g["wg_m"] // WGMMA_M) * acc_regs(g["wg_n"], acc) + ACC_HEADROOM_REGS
     if need > g["consumer_regs"]:
@@ -228,10 +251,12 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         a_boxes=g["a_boxes"], b_boxes=g["b_boxes"], a_box_rows=t.bm, b_box_rows=g["b_box_rows"],
         a_box_bytes=g["a_box_bytes"], b_box_bytes=g["b_box_bytes"],
         a_tile_bytes=t.bm * t.bk * HALF_BYTES, b_tile_bytes=t.bn * t.bk * HALF_BYTES,
+        epi_tma=g["epi_tma"], epi_bytes=g["epi_bytes"], pingpong=g["pingpong"],
         smem_bytes=g["smem_bytes"], a_desc_hi=a_hi, b_desc_hi=b_hi, tnsp_b=tnsp_b,
         consumer_inc=g["consumer_inc"], cluster_m=program.cluster.cm, cluster_n=program.cluster.cn,
         a_slice_rows=g["a_slice_rows"], b_slice_rows=g["b_slice_rows"],
-        empty_arrivals=g["consumers"] * (program.cluster.cm + program.cluster.cn - 1),
+        empty_arrivals=((1 if g["pingpong"] else g["consumers"])
+                        * (program.cluster.cm + program.cluster.cn - 1)),
         persistent=program.schedule == Schedule.PERSISTENT,
         raster_col=program.raster.order == RasterOrder.COL,
         raster_group=program.raster.group,

@@ -4,8 +4,10 @@ Fresh random normal inputs per test, the output NaN-filled first, every element 
 with an fp32 reference by relative Frobenius error; an exact check with {0,1} inputs.
 Programs cover: one consumer without a producer warpgroup (nows), cooperative consumers
 with a setmaxnreg producer, split along M and along N, four consumers, persistent grids,
-split-K through the workspace and with atomics, bk 128, operand padding, and clusters with
-TMA multicast (2x1, and 2x2 over ragged edges).
+split-K through the workspace and with atomics, bk 128, operand padding, clusters with
+TMA multicast (2x1, and 2x2 over ragged edges), ping-pong consumers (with split-K units of
+unequal length, and in a cluster), the tma epilogue (C through shared memory and TMA stores;
+C that TMA can't write falls back to direct stores), and 192-row tiles.
 
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
@@ -32,6 +34,11 @@ PROGRAMS = [
     "cuda_wgmma sm_90a 256x128x64 w4x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
     "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop direct",
     "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 col/4 padop k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k3 persistent c1x1 pingpong direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 persistent c2x1 pingpong tma",
+    "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
 ]
 SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64, 8192),
           (129, 255, 1000)]
@@ -108,6 +115,23 @@ def test_repeated_launches_reuse_cached_tensor_maps(kernels):
             assert (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)).item() < 5e-3
 
 
+@pytest.mark.parametrize("text", [t for t in PROGRAMS if t.endswith(" tma")])
+def test_tma_epilogue_writes_a_c_it_cannot_store_by_tma(kernels, text):
+    """C one element past a 16-byte boundary: the launch stores it directly, every element
+    written, the neighbours of C untouched."""
+    import torch
+    m, n, k = 300, 264, 192
+    a, b, b_arg = operands(m, n, k, "nt")
+    buffer = torch.full((m * n + 2,), float("nan"), device="cuda", dtype=torch.float16)
+    out = buffer[1:1 + m * n].view(m, n)
+    kernels[(text, "nt", "f32")](a, b_arg, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(buffer[0]) and torch.isnan(buffer[-1])
+    assert not torch.isnan(out).any()
+    ref = a.float() @ b.float()
+    assert (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)).item() < 5e-3
+
+
 def test_predicate_refuses_unaligned(kernels):
     """A predicate program can't read k % 8 != 0 rows through TMA: the launch says so."""
     a, _, b_arg = operands(64, 64, 65, "nt")
@@ -116,7 +140,8 @@ def test_predicate_refuses_unaligned(kernels):
 
 
 @pytest.mark.parametrize("text, layout, acc", [(PROGRAMS[1], "nn", "f32"),
-                                               (PROGRAMS[3], "nt", "f16")])
+                                               (PROGRAMS[3], "nt", "f16"),
+                                               (PROGRAMS[10], "nn", "f32")])
 def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
     """An emitted .cu, built with plain nvcc (no torch, no gemmforge), passes its main()."""
     program = parse(text)
