@@ -75,7 +75,7 @@ def smoke(programs: list[str], workdir: Path) -> list[list[str]]:
         out = workdir / f"{program.key}-{lay}-{acc}"
         try:
             return job, build_selftest(emit(Problem(256, 256, 256, lay, acc), program, out),
-                                       program.arch)
+                                       program)
         except Exception as e:  # a build failure is a row, not the end of the run
             return job, e
     rows = []

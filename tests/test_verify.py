@@ -110,7 +110,7 @@ def test_warp_specialized_consumers_may_hold_the_backends_accumulator_budget():
     with pytest.raises(VerifyError, match="256 f32 accumulator registers per thread; the "
                                           "limit is 192"):
         verify(parse(ws.replace("192x128x64", "128x256x64").replace("s4", "s3")))
-    with pytest.raises(VerifyError, match="the limit is 208"):
+    with pytest.raises(VerifyError, match="the limit is 216"):
         verify(parse("cuda_wgmma sm_90a 128x256x64 w1x1 s3 sw128 row/8 pred k1 persistent "
                      "c1x1 coop direct"))
     with pytest.raises(VerifyError, match="the limit is 160"):

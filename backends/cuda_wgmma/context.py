@@ -39,7 +39,8 @@ REGS_PER_SM = LIMITS[Arch.SM90A].regs_per_sm
 MAX_THREAD_REGS = 255
 SETMAXNREG_MAX = 256         # setmaxnreg takes 24..256, multiples of 8
 PRODUCER_REGS = {1: 40, 2: 40, 3: 24, 4: 24}  # the TMA warpgroup's registers, by consumer count
-ACC_HEADROOM_REGS = 48       # addressing, descriptors and loop state beside the accumulators
+ACC_HEADROOM_REGS = 40       # addressing, descriptors and loop state beside the accumulators
+                             # (192 accumulators in 232 registers build without spills)
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
 PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
