@@ -77,26 +77,32 @@ def _candidates(backend, arch: Arch, problem: Problem):
                     padding=Padding.PREDICATE, split_k=SplitK(split)))
 
 
-# Programs that won on large shapes (benchmarks/results/hopper_large_h100_v5.csv and
-# hopper_large_h200_v5.csv), proposed first where legal, before the rules' own guesses:
-# per backend in the order of their geomean over all 21 shapes of those runs.
+# Programs that won on large shapes (benchmarks/results/hopper_large_h100_v5.csv,
+# hopper_large_h200_v5.csv, and for cuda_wgmma hopper_large_h100_v7.csv and _v7b.csv),
+# proposed first where legal, before the rules' own guesses: per backend in the order of
+# their geomean over all 21 shapes of those runs.
 SEEDS = (
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s5 sw128 row/4 pred k1 persistent c1x1 pingpong tma",
     "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c2x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 256x128x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
     "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/8 pred k1 persistent c1x1 coop tma",
     "cute_cpp sm_90a 128x256x64 w1x2 s4 swnone row/8 pred k1 persistent c1x1 coop tma",
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 streamk c1x1 coop tma",
     "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
 )
 # 192-wide tiles lose badly where the problem leaves a ragged last row (column) of tiles
 # (0.50-0.68x, hopper_192x128_all_h100) and win where it divides evenly: 192x128 ping-pong
-# at M = 12288 (1.03-1.13x), 192x128 w1x2 where N fits one or two 128-column tiles
-# (12288x256x16384), 128x192 where M is short and N divides (512x12288x8192). These go
-# first, ahead of SEEDS, on the problems they fit.
+# at M = 12288 (1.03-1.13x; cuda_wgmma's 1.10-1.15x at K = 1024), 192x128 w1x2 where N fits
+# one or two 128-column tiles (12288x256x16384), 128x192 where M is short and N divides
+# (512x12288x8192). These go first, ahead of SEEDS, on the problems they fit.
 SEEDS_192 = (
     ("cute_cpp sm_90a 192x128x64 w1x2 s5 swnone row/8 pred k1 persistent c1x1 coop tma",
      lambda p: p.m % 192 == 0 and p.n <= 256),
     ("cute_cpp sm_90a 192x128x64 w1x1 s4 swnone row/8 pred k1 persistent c1x1 pingpong tma",
+     lambda p: p.m % 192 == 0 and p.n > 256),
+    ("cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma",
      lambda p: p.m % 192 == 0 and p.n > 256),
     ("cute_cpp sm_90a 128x192x64 w2x1 s5 swnone row/8 pred k1 persistent c1x1 coop tma",
      lambda p: p.n % 192 == 0 and p.m <= 512),

@@ -30,7 +30,7 @@ def test_seeds_only_for_large_problems():
     big, small = parse_problem("8192x8192x8192"), parse_problem("64x64x64")
     assert big.flops >= SEED_MIN_FLOPS > small.flops
     first = HeuristicPolicy("cuda_wgmma").propose(big, Arch.SM90A, 1)[0]
-    assert str(first).endswith("persistent c1x1 coop direct")
+    assert str(first).endswith("s5 sw128 row/4 pred k1 persistent c1x1 pingpong tma")
     assert HeuristicPolicy("cuda_wgmma").propose(small, Arch.SM90A, 1)[0].tile.bm == 64
 
 
@@ -47,6 +47,12 @@ def test_cute_cpp_seeds_take_192_wide_tiles_only_where_they_divide(shape, first)
     program = HeuristicPolicy("cute_cpp").propose(problem, Arch.SM90A, 1)[0]
     assert f"{program.tile.bm}x{program.tile.bn}x{program.tile.bk} " \
            f"w{program.warps.wm}x{program.warps.wn} s{program.stages}" == first, str(program)
+
+
+def test_cuda_wgmma_seeds_ping_pong_192_rows_where_m_divides():
+    first = HeuristicPolicy("cuda_wgmma").propose(parse_problem("12288x8192x1024"), Arch.SM90A, 1)
+    assert str(first[0]).startswith("cuda_wgmma sm_90a 192x128x64 w1x1 s4")
+    assert first[0].warp_spec.value == "pingpong"
 
 
 def test_default_program_falls_back_where_the_first_backend_cannot_serve():
