@@ -43,9 +43,13 @@ Constraints:
     rows; padop copies unaligned operands into the workspace instead;
   - schedule data_parallel or persistent; epilogue direct or tma (tma: split_k 1, and a
     warpgroup's N a multiple of 64); warp_spec pingpong needs warps w1x1;
-  - cluster cm x cn with cm * cn <= 4, layout nt only. Open: with layout nn the same kernel
-    computed wrong results on an H200 (c2x1 and c1x2 alike, NaN in 1/8 of C at 4096^3, even
-    with B not multicast), while c1x1 nn and every nt cluster passed; declined until found.
+  - cluster cm x cn with cm * cn <= 4; with layout nn only where a warpgroup owns 64
+    columns of C. Measured (benchmarks/wgmma_cluster_nn.py, H100): with layout nn and a
+    warpgroup N above 64, one wgmma reads B's N-major swizzle atoms at the descriptor's
+    leading byte offset apart, and in every CTA of a cluster but rank 0 the atoms past the
+    first read garbage (B multicast or not, c1x2 and c2x1 alike); with 64 columns per
+    warpgroup (each wgmma one atom) every cluster computes right, as does every layout nt
+    program and every c1x1 one. Why the offset step fails off rank 0 is not known.
 """
 from __future__ import annotations
 

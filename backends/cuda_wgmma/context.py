@@ -190,10 +190,11 @@ def reason(program: Program, problem: Problem | None) -> str | None:
     if g["b_slice_rows"] % 8 or g["b_slice_rows"] * c.cm != g["b_box_rows"]:
         return (f"cluster: cluster.cm {c.cm} cuts the {g['b_box_rows']}-row B box into slices that "
                 f"are not whole 8-row swizzle atoms")
-    if c.size > 1 and layout == Layout.NN:
-        return ("cluster: multicast clusters are verified for layout nt only; with layout nn "
-                "(N-major B boxes) they computed wrong results on an H200 (open: see "
-                "backends/cuda_wgmma/backend.py); use c1x1 for nn")
+    if c.size > 1 and layout == Layout.NN and g["wg_n"] > SWIZZLE_HALFS:
+        return (f"cluster: with layout nn a clustered warpgroup must own {SWIZZLE_HALFS} "
+                f"columns (one N-major swizzle atom), not {g['wg_n']}: wider ones computed "
+                f"wrong results in every CTA but the cluster's first (see "
+                f"backends/cuda_wgmma/backend.py); raise warps.wn, or use c1x1")
     if program.stages < 2:
         return "stages: the TMA ring needs at least 2 stages"
     if g["epi_tma"] and program.split_k.slices > 1:
