@@ -96,7 +96,7 @@ def main() -> int:
                 ref = (a.float() @ b.float())
                 nan = torch.isnan(out)
                 wrong = ~nan & ((out.float() - ref).abs() > 0.05 * ref.abs() + 0.5)
-                print(f"{layout} {shape:>16} {text.split()[2]} {text.split()[10]}: "
+                print(f"{layout} {shape:>16} {' '.join(text.split()[i] for i in (2, 3, 10))}: "
                       f"NaN {nan.float().mean().item():.4f} [{where(nan, tile.bm, tile.bn)}] "
                       f"wrong {wrong.float().mean().item():.4f} "
                       f"[{where(wrong, tile.bm, tile.bn)}]", flush=True)
