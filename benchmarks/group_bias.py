@@ -1,9 +1,10 @@
 """Does a program's time in a grouped sweep depend on its neighbours? One shape, one program
 of interest, timed alone (the program and cuBLAS take turns) and inside the sweep's group in
-three orders (as listed, reversed, the program first). search.timing.interleave visits a
-group in a fixed order (forward, then backward), so each program always follows the same two
-neighbours; if their power draw moves the clock the program then sees, its reading moves
-with the order.
+three orders (as listed, reversed, the program first). Until the fifth 2026-11-22 session
+search.timing.interleave visited a group in a fixed order (forward, then backward), so each
+program always followed the same two neighbours, and their power draw moved its reading
+with the order (benchmarks/NOTES.md); it now draws a new order each round, and the three
+orders should read alike.
 
     python3 benchmarks/group_bias.py --shape 8192x2048x16384 \
         --program "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c1x1 coop tma" \

@@ -68,7 +68,8 @@ class BenchSettings(_Record):
 
     Contenders: the candidate, cuBLAS NN (torch.matmul with B as K x N) and cuBLAS TN (B
     stored N x K, passed as a transposed view). They run in the same process on the same
-    input values, interleaved: each round visits every contender before the next round.
+    input values, interleaved: each round visits every contender, in a new order each round
+    (search.timing.interleave), before the next round.
 
     Exactly how many times the candidate is launched for one request (candidate_launches()
     computes it), where n = clamp(ceil(graph_us / t1), min_graph_launches,

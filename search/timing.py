@@ -3,9 +3,11 @@
     samples = kernel_protocol(contenders, settings, launches, stream)  # {name: [us per round]}
 
 A Contender is one GEMM implementation under test (a candidate kernel, cuBLAS NN or TN).
-Every protocol visits all contenders once per round, in alternating order, so whatever the
-GPU does over time (clock swings under the power cap, a slow spell lasting tens of ms)
-lands on all of them alike; each returns per-round samples, in microseconds per GEMM, by
+Every protocol visits all contenders once per round, in a new order each round, so whatever
+the GPU does over time (clock swings under the power cap, a slow spell lasting tens of ms)
+lands on all of them alike, and no contender always runs right after the same neighbour
+(under the power cap a neighbour's draw moved the next reading by up to 8 %,
+benchmarks/group_bias.py); each returns per-round samples, in microseconds per GEMM, by
 contender name. BenchSettings' docstring counts every launch.
 
 Constraints:
@@ -76,14 +78,22 @@ def launches_per_graph(settings: BenchSettings, per_launch_us: float) -> int:
     return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
 
 
+ORDER_SEED = 0
+"""Seeds the per-round orders of interleave(): the same contenders get the same orders."""
+
+
 def interleave(contenders, rounds: int, sample: Callable, warm_rounds: int = 0,
                after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
-    """`rounds` samples per contender; each round visits all of them, in alternating order.
+    """`rounds` samples per contender; each round visits all of them, in its own random
+    order (seeded: ORDER_SEED), so each contender's predecessors vary from round to round.
     `warm_rounds` rounds run first and are not recorded; `after_round(r)` is called after
     each round (a group's worker reports it as progress)."""
     out = {c.name: [] for c in contenders}
+    rng = random.Random(ORDER_SEED)
+    order = list(contenders)
     for r in range(warm_rounds + rounds):
-        for c in (contenders if r % 2 == 0 else contenders[::-1]):
+        rng.shuffle(order)
+        for c in order:
             value = sample(c)
             if r >= warm_rounds:
                 out[c.name].append(value)

@@ -351,8 +351,28 @@ def test_warm_rounds_run_first_and_are_not_recorded():
     ticks = iter(range(100))
     cs = [timing.Contender(name, None, None) for name in ("a", "b")]
     samples = timing.interleave(cs, 2, lambda c: (c.name, next(ticks)), warm_rounds=1)
-    # round 0 (a, b) is the warm one; round 1 runs b, a; round 2 a, b
-    assert samples == {"a": [("a", 3), ("a", 4)], "b": [("b", 2), ("b", 5)]}
+    # round 0 (ticks 0, 1) is the warm one; rounds 1 and 2 (ticks 2-3, 4-5) are recorded
+    assert sorted(t for name in "ab" for _, t in samples[name]) == [2, 3, 4, 5]
+    assert all(name == c for c in "ab" for name, _ in samples[c])
+    assert {t // 2 for _, t in samples["a"]} == {1, 2}  # once per round
+
+
+def test_each_round_visits_everyone_in_its_own_order():
+    """No contender always follows the same neighbour (a power-hungry one would move its
+    readings); the orders are seeded, so a rerun visits them alike."""
+    names = [f"c{i}" for i in range(8)]
+    cs = [timing.Contender(name, None, None) for name in names]
+
+    def orders():
+        visits = []
+        timing.interleave(cs, 6, visits.append)
+        return [[c.name for c in visits[r * 8:(r + 1) * 8]] for r in range(6)]
+    first = orders()
+    assert all(sorted(o) == names for o in first)
+    assert len({tuple(o) for o in first}) == 6
+    before_c3 = {o[o.index("c3") - 1] for o in first if o[0] != "c3"}
+    assert len(before_c3) > 2
+    assert orders() == first
 
 
 def test_group_reports_every_step(simulate):
