@@ -88,6 +88,8 @@ class WgmmaContext:
     a_tile_bytes: int
     b_tile_bytes: int
     epi_tma: bool            # epilogue tma: registers -> swizzled 64 x 64 boxes -> TMA store
+    epi_box: int             # rows and columns of one C box
+    epi_buffers: int         # C boxes per consumer
     epi_bytes: int           # shared memory of those boxes, all consumers
     smem_bytes: int          # dynamic shared memory requested, slack included
     a_desc_hi: str           # wgmma descriptor bits besides the start address (hex)
@@ -253,7 +255,8 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         a_boxes=g["a_boxes"], b_boxes=g["b_boxes"], a_box_rows=t.bm, b_box_rows=g["b_box_rows"],
         a_box_bytes=g["a_box_bytes"], b_box_bytes=g["b_box_bytes"],
         a_tile_bytes=t.bm * t.bk * HALF_BYTES, b_tile_bytes=t.bn * t.bk * HALF_BYTES,
-        epi_tma=g["epi_tma"], epi_bytes=g["epi_bytes"], pingpong=g["pingpong"],
+        epi_tma=g["epi_tma"], epi_box=EPI_BOX, epi_buffers=EPI_BUFFERS, epi_bytes=g["epi_bytes"],
+        pingpong=g["pingpong"],
         smem_bytes=g["smem_bytes"], a_desc_hi=a_hi, b_desc_hi=b_hi, tnsp_b=tnsp_b,
         consumer_inc=g["consumer_inc"], cluster_m=program.cluster.cm, cluster_n=program.cluster.cn,
         a_slice_rows=g["a_slice_rows"], b_slice_rows=g["b_slice_rows"],
