@@ -5,7 +5,7 @@
 A Contender is one GEMM implementation under test (a candidate kernel, cuBLAS NN or TN).
 Every protocol visits all contenders once per round, in a new order each round, so whatever
 the GPU does over time (clock swings under the power cap, a slow spell lasting tens of ms)
-lands on all of them alike, and no contender always runs right after the same neighbour
+lands on all of them alike, and each contender runs right after every other equally often
 (under the power cap a neighbour's draw moved the next reading by up to 8 %,
 benchmarks/group_bias.py); each returns per-round samples, in microseconds per GEMM, by
 contender name. BenchSettings' docstring counts every launch.
@@ -78,22 +78,34 @@ def launches_per_graph(settings: BenchSettings, per_launch_us: float) -> int:
     return min(max(want, settings.min_graph_launches), settings.max_graph_launches)
 
 
-ORDER_SEED = 0
-"""Seeds the per-round orders of interleave(): the same contenders get the same orders."""
+def round_orders(n: int) -> list[list[int]]:
+    """Visiting orders of n contenders, one per round, balanced for what runs just before
+    each: a Williams design (first row 0, 1, n-1, 2, n-2, ...; row r adds r mod n; for odd
+    n the rows reversed as well), in which every contender directly follows every other
+    equally often over the cycle (n rows for even n, 2n for odd)."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
 def interleave(contenders, rounds: int, sample: Callable, warm_rounds: int = 0,
                after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
-    """`rounds` samples per contender; each round visits all of them, in its own random
-    order (seeded: ORDER_SEED), so each contender's predecessors vary from round to round.
-    `warm_rounds` rounds run first and are not recorded; `after_round(r)` is called after
-    each round (a group's worker reports it as progress)."""
+    """`rounds` samples per contender; each round visits all of them, in the orders of
+    round_orders(), so over a cycle each contender runs after every other equally often
+    (under the power cap a neighbour's draw moves the next reading). `warm_rounds` rounds
+    run first and are not recorded; `after_round(r)` is called after each round (a group's
+    worker reports it as progress)."""
     out = {c.name: [] for c in contenders}
-    rng = random.Random(ORDER_SEED)
-    order = list(contenders)
+    orders = round_orders(len(contenders)) if contenders else [[]]
     for r in range(warm_rounds + rounds):
-        rng.shuffle(order)
-        for c in order:
+        # recorded rounds start the cycle, so whole cycles of them are exactly balanced
+        for c in (contenders[i] for i in orders[(r - warm_rounds) % len(orders)]):
             value = sample(c)
             if r >= warm_rounds:
                 out[c.name].append(value)

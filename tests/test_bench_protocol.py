@@ -10,6 +10,7 @@ capture, real events, cuBLAS) is the GPU tier's job (tests/gpu/test_measure_gpu.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import types
 
@@ -359,20 +360,27 @@ def test_warm_rounds_run_first_and_are_not_recorded():
 
 def test_each_round_visits_everyone_in_its_own_order():
     """No contender always follows the same neighbour (a power-hungry one would move its
-    readings); the orders are seeded, so a rerun visits them alike."""
+    readings): over a cycle of rounds each runs right after every other equally often."""
     names = [f"c{i}" for i in range(8)]
     cs = [timing.Contender(name, None, None) for name in names]
+    visits = []
+    timing.interleave(cs, 8, visits.append)
+    orders = [[c.name for c in visits[r * 8:(r + 1) * 8]] for r in range(8)]
+    assert all(sorted(o) == names for o in orders) and len({tuple(o) for o in orders}) == 8
+    pairs = collections.Counter((o[i - 1], o[i]) for o in orders for i in range(1, 8))
+    assert len(pairs) == 8 * 7 and set(pairs.values()) == {1}
 
-    def orders():
-        visits = []
-        timing.interleave(cs, 6, visits.append)
-        return [[c.name for c in visits[r * 8:(r + 1) * 8]] for r in range(6)]
-    first = orders()
-    assert all(sorted(o) == names for o in first)
-    assert len({tuple(o) for o in first}) == 6
-    before_c3 = {o[o.index("c3") - 1] for o in first if o[0] != "c3"}
-    assert len(before_c3) > 2
-    assert orders() == first
+
+@pytest.mark.parametrize("n", range(1, 12))
+def test_round_orders_balance_every_predecessor(n):
+    """Williams design: permutations whose ordered neighbour pairs each appear equally often
+    (once per cycle for even n, twice for odd)."""
+    rows = timing.round_orders(n)
+    assert len(rows) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    pairs = collections.Counter((row[i - 1], row[i]) for row in rows for i in range(1, n))
+    assert len(pairs) == n * (n - 1)
+    assert set(pairs.values()) <= {1 if n % 2 == 0 else 2}
 
 
 def test_group_reports_every_step(simulate):
