@@ -3,8 +3,9 @@ of interest, timed alone (the program and cuBLAS take turns) and inside the swee
 three orders (as listed, reversed, the program first). Until the fifth 2026-11-22 session
 search.timing.interleave visited a group in a fixed order (forward, then backward), so each
 program always followed the same two neighbours, and their power draw moved its reading
-with the order (benchmarks/NOTES.md); it now draws a new order each round, and the three
-orders should read alike.
+with the order (benchmarks/NOTES.md); it now uses a new order each round (a seeded shuffle
+at first, then search.timing.round_orders' balanced design), and the three orders should
+read alike.
 
     python3 benchmarks/group_bias.py --shape 8192x2048x16384 \
         --program "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c1x1 coop tma" \
