@@ -34,7 +34,9 @@ metrics=$(IFS=,; echo "$(pick sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_p
 "$(pick sm__cycles_elapsed.avg.per_second)","\
 "$(pick gpu__time_duration.sum)","\
 "$(pick sm__throughput.avg.pct_of_peak_sustained_elapsed)","\
-"$(pick dram__throughput.avg.pct_of_peak_sustained_elapsed)")
+"$(pick dram__throughput.avg.pct_of_peak_sustained_elapsed)","\
+"$(pick dram__bytes_read.sum)","$(pick dram__bytes_write.sum)","\
+"$(pick lts__t_sector_hit_rate.pct)")
 metrics=$(sed 's/,,*/,/g; s/^,//; s/,$//' <<<"$metrics")
 echo "metrics: $metrics"
 jobs=()
