@@ -150,6 +150,21 @@ def test_tma_epilogue_counts_its_boxes_in_shared_memory():
     assert be.smem_bytes(parse(PINGPONG)) == be.smem_bytes(parse(with_(PINGPONG, epilogue="direct"))) + 32768
 
 
+def test_tma_epilogue_keeps_one_box_per_consumer_where_two_do_not_fit():
+    """192x128 ping-pong: 4 stages leave room for two boxes per consumer, 5 stages for one
+    (each store then has to read its box before the box is written again)."""
+    be = backend()
+    s4, s5 = (with_(PINGPONG, tile="192x128x64", stages=s) for s in ("s4", "s5"))
+    for text, boxes in ((s4, 2), (s5, 1)):
+        direct = be.smem_bytes(parse(with_(text, epilogue="direct")))
+        assert be.smem_bytes(parse(text)) == direct + 2 * boxes * 8192
+        assert check(parse(text), ALIGNED) is None
+        source = lowered(text, ALIGNED)
+        assert f"kEpiBuffers = {boxes};" in source and f"kEpiBytes = {2 * boxes * 8192};" in source
+    assert be.smem_bytes(parse(s5)) <= 232448 < be.smem_bytes(parse(s5)) + 2 * 8192
+    assert "shared memory" in check(parse(with_(s5, stages="s6")), ALIGNED)
+
+
 def test_layout_and_accumulator_pick_the_wgmma_form():
     nt16 = lowered(NOWS, Problem(17, 33, 65, "nt", "f16"))
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f16.f16.f16" in nt16
@@ -216,9 +231,15 @@ def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
 
 
 @pytest.mark.nvcc
-def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path):
-    cu = emit(Problem(1000, 4096, 336, "nt", "f16"), parse(with_(PINGPONG, tile="128x256x64",
-                                                                stages="s3")), tmp_path)
+@pytest.mark.parametrize("tokens, problem, hgmma", [
+    ({"tile": "128x256x64", "stages": "s3"}, Problem(1000, 4096, 336, "nt", "f16"),
+     "HGMMA.64x256x16.F16"),
+    # 192 f32 accumulators, and one C box per consumer beside five stages
+    ({"tile": "192x128x64", "stages": "s5"}, Problem(1000, 4096, 336, "nn", "f32"),
+     "HGMMA.64x128x16.F32"),
+])
+def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path, tokens, problem, hgmma):
+    cu = emit(problem, parse(with_(PINGPONG, **tokens)), tmp_path)
     so = tmp_path / "selftest"
     report = _ptxas_report(cu, so)
     kernel = report[report.index("gf_cuda_wgmma"):]
@@ -226,7 +247,7 @@ def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path):
     assert "C7508" not in report and "serialized" not in report
     if nvcc.cuobjdump():
         sass = nvcc.disassemble(so)
-        for needle in ("HGMMA.64x256x16.F16", "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
+        for needle in (hgmma, "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
             assert needle in sass, needle
 
 

@@ -96,7 +96,7 @@ class CudaWgmma(CudaBackend):
         return reason(program, problem)
 
     def smem_bytes(self, program: Program) -> int | None:
-        # the ring plus two 64 x 64 C boxes per consumer (not ir.graph's whole C tile)
+        # the ring plus one or two 64 x 64 C boxes per consumer (not ir.graph's whole C tile)
         return geometry(program, Layout.NN)["smem_bytes"]
 
     def lower(self, program: Program, problem: Problem) -> Source:

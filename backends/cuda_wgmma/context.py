@@ -13,7 +13,8 @@ A wgmma descriptor names one 64-row (A) or wg_n-column (B) slab of a stage; its 
 move the start address: +32 bytes inside a 128-byte K-major row (a new box every 4 steps),
 or +16 rows (2048 bytes) of an N-major box.
 After the ring's tiles, epilogue tma gives each consumer warpgroup two 64 x 64 C boxes (8 KB
-each, 128B-swizzled like the operands), written from registers and stored by TMA in turn.
+each, 128B-swizzled like the operands), written from registers and stored by TMA in turn; one
+box where two don't fit beside the ring (192x128 ping-pong with 5 stages).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
 PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
 EPI_BOX = 64                 # epilogue tma: C leaves shared memory in 64 x 64 boxes
-EPI_BUFFERS = 2              # per consumer: one box filling while the other is stored
+EPI_BUFFERS = 2              # per consumer at most: one box filling while the other is stored
 EPI_BOX_BYTES = EPI_BOX * EPI_BOX * HALF_BYTES
 
 
@@ -141,19 +142,25 @@ def geometry(program: Program, layout: Layout) -> dict:
     b_boxes = t.bk // SWIZZLE_HALFS if nt else t.bn // SWIZZLE_HALFS
     stage_bytes = (t.bm + t.bn) * t.bk * HALF_BYTES
     epi_tma = program.epilogue == Epilogue.TMA
-    epi_bytes = consumers * EPI_BUFFERS * EPI_BOX_BYTES if epi_tma else 0
+    ring_bytes = (program.stages * (stage_bytes + 2 * MBARRIER_BYTES)
+                  + (consumers * MBARRIER_BYTES if pingpong else 0) + SMEM_ALIGN_SLACK)
+    # Two C boxes per consumer (one filling while the other is stored) where they fit beside
+    # the ring, else one (each box's store must have read it before it is written again).
+    room = LIMITS[program.arch].max_smem_per_block - ring_bytes
+    epi_buffers = next((n for n in range(EPI_BUFFERS, 1, -1)
+                        if consumers * n * EPI_BOX_BYTES <= room), 1) if epi_tma else 0
+    epi_bytes = consumers * epi_buffers * EPI_BOX_BYTES
     c = program.cluster
     return dict(
         consumers=consumers, pingpong=pingpong, producer=producer, threads=threads,
-        entry_regs=entry, epi_tma=epi_tma, epi_bytes=epi_bytes,
+        entry_regs=entry, epi_tma=epi_tma, epi_bytes=epi_bytes, epi_buffers=epi_buffers,
         consumer_inc=producer and cons > min(SETMAXNREG_MAX, _ceil8(entry)),
         a_slice_rows=t.bm // c.cn, b_slice_rows=b_box_rows // c.cm,
         producer_regs=prod, consumer_regs=cons,
         wg_m=t.bm // w.wm, wg_n=t.bn // w.wn, nt=nt,
         a_boxes=t.bk // SWIZZLE_HALFS, b_boxes=b_boxes, b_box_rows=b_box_rows,
         a_box_bytes=t.bm * SWIZZLE_BYTES, b_box_bytes=b_box_rows * SWIZZLE_BYTES,
-        smem_bytes=(program.stages * (stage_bytes + 2 * MBARRIER_BYTES) + epi_bytes
-                    + (consumers * MBARRIER_BYTES if pingpong else 0) + SMEM_ALIGN_SLACK),
+        smem_bytes=ring_bytes + epi_bytes,
     )
 
 
@@ -255,7 +262,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         a_boxes=g["a_boxes"], b_boxes=g["b_boxes"], a_box_rows=t.bm, b_box_rows=g["b_box_rows"],
         a_box_bytes=g["a_box_bytes"], b_box_bytes=g["b_box_bytes"],
         a_tile_bytes=t.bm * t.bk * HALF_BYTES, b_tile_bytes=t.bn * t.bk * HALF_BYTES,
-        epi_tma=g["epi_tma"], epi_box=EPI_BOX, epi_buffers=EPI_BUFFERS, epi_bytes=g["epi_bytes"],
+        epi_tma=g["epi_tma"], epi_box=EPI_BOX, epi_buffers=g["epi_buffers"], epi_bytes=g["epi_bytes"],
         pingpong=g["pingpong"],
         smem_bytes=g["smem_bytes"], a_desc_hi=a_hi, b_desc_hi=b_hi, tnsp_b=tnsp_b,
         consumer_inc=g["consumer_inc"], cluster_m=program.cluster.cm, cluster_n=program.cluster.cn,
