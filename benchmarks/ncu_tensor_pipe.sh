@@ -64,7 +64,9 @@ for job in "${jobs[@]}"; do
       --kernel-name "$(kernel_filter "$who" "$program")" \
       --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
       >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
-    echo "== $shape $who (rc $?)"
+    rc=$?
+    if [ "$who" = cublas ]; then echo "== $shape $who (rc $rc)"
+    else echo "== $shape $who (rc $rc) $program"; fi
     python3 - "$out/ncu_$tag.csv" <<'PY'
 import csv, sys
 for row in csv.reader(open(sys.argv[1])):

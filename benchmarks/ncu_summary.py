@@ -1,0 +1,65 @@
+"""A table from a log of benchmarks/ncu_tensor_pipe.sh: per shape, cuBLAS's and our kernel's
+tensor-pipe activity, SM clock, DRAM bytes (read + write) and time, one launch each.
+
+    python3 benchmarks/ncu_summary.py benchmarks/logs/ncu_v9_winners_h100.log
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+FIELDS = {"pipe": "pipe_tensor", "hz": "sm__cycles_elapsed", "ns": "gpu__time_duration",
+          "read": "dram__bytes_read", "write": "dram__bytes_write", "l2hit": "lts__t_sector_hit"}
+HEADER = re.compile(r"^== (\S+) (cublas|gemmforge) \(rc (\d+)\)\s*(.*)$")
+METRIC = re.compile(r"^\s+(\S+) = ([\d,.]+)")
+
+
+def parse_log(text: str) -> list[dict]:
+    """One dict per profiled kernel: shape, who, program, and the FIELDS found."""
+    runs: list[dict] = []
+    for line in text.splitlines():
+        if m := HEADER.match(line):
+            runs.append({"shape": m[1], "who": m[2], "rc": int(m[3]), "program": m[4]})
+        elif (m := METRIC.match(line)) and runs:
+            for key, needle in FIELDS.items():
+                if needle in m[1]:
+                    runs[-1][key] = float(m[2].replace(",", ""))
+    return runs
+
+
+def table(runs: list[dict]) -> str:
+    """Markdown rows pairing each shape's cuBLAS run with the gemmforge run after it."""
+    rows = ["| shape | program | tensor pipe % cuBLAS / ours | SM GHz | DRAM GB | µs |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    cublas: dict[str, dict] = {}
+    for r in runs:
+        if r["who"] == "cublas":
+            cublas[r["shape"]] = r
+            continue
+        c = cublas.get(r["shape"])
+        if c is None or not all(k in r and k in c for k in ("pipe", "hz", "ns")):
+            rows.append(f"| {r['shape']} | {r['program']} | (missing counters) | | | |")
+            continue
+        gb = [(x.get("read", 0) + x.get("write", 0)) / 1e9 for x in (c, r)]
+        program = " ".join(r["program"].split()[:3] + r["program"].split()[-3:])
+        rows.append(f"| {r['shape']} | {program} | {c['pipe']:.1f} / {r['pipe']:.1f} | "
+                    f"{c['hz'] / 1e9:.3f} / {r['hz'] / 1e9:.3f} | {gb[0]:.2f} / {gb[1]:.2f} | "
+                    f"{c['ns'] / 1e3:.0f} / {r['ns'] / 1e3:.0f} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("log", type=Path)
+    args = ap.parse_args()
+    if not args.log.is_file():
+        print(f"ncu_summary: no such log: {args.log}", file=sys.stderr)
+        return 2
+    print(table(parse_log(args.log.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
