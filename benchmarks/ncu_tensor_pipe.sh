@@ -37,7 +37,7 @@ metrics=$(IFS=,; echo "$(pick sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_p
 "$(pick dram__throughput.avg.pct_of_peak_sustained_elapsed)","\
 "$(pick dram__bytes_read.sum)","$(pick dram__bytes_write.sum)","\
 "$(pick lts__t_sector_hit_rate.pct)")
-metrics=$(sed 's/,,*/,/g; s/^,//; s/,$//' <<<"$metrics")
+metrics=$(sed 's/,,*/,/g; s/^,//; s/,$//' <<<"$metrics${NCU_EXTRA:+,$NCU_EXTRA}")  # NCU_EXTRA: more, comma-separated
 echo "metrics: $metrics"
 jobs=()
 for arg in "$@"; do
