@@ -60,6 +60,7 @@ def test_sm80_is_refused_naming_wgmma():
     (with_(COOP, tile="192x128x64", warps="w1x2", epilogue="tma"), ALIGNED),
     (with_(PINGPONG, split_k="k3", epilogue="direct"), ALIGNED),
     (with_(PINGPONG, tile="192x128x64"), ALIGNED),  # 192 accumulators of the 232 it gets
+    (with_(PINGPONG, schedule="streamk"), ALIGNED), (with_(COOP, schedule="streamk"), ALIGNED),
 ])
 def test_accepts(text, problem):
     assert check(parse(text), problem) is None
@@ -78,6 +79,8 @@ def test_accepts(text, problem):
     ({"cluster": "c4x2"}, ALIGNED, "at most 4"),
     ({"tile": "128x8x64", "warps": "w1x1", "cluster": "c2x1"}, ALIGNED, "8-row swizzle atoms"),
     ({"epilogue": "smem"}, ALIGNED, "epilogue"),
+    ({"schedule": "streamk", "split_k": "k2"}, ALIGNED, "stream_k already divides K"),
+    ({"schedule": "streamk", "cluster": "c2x1"}, ALIGNED, "cluster c1x1"),
     ({"epilogue": "tma", "split_k": "k2"}, ALIGNED, "split-K writes fp32 partials"),
     ({"epilogue": "tma", "tile": "64x32x64", "warps": "w1x1"}, ALIGNED, "64-column boxes"),
     ({"warp_spec": "pingpong"}, ALIGNED, "use w1x1, not w2x1"),
@@ -86,7 +89,6 @@ def test_accepts(text, problem):
     ({"warp_spec": "pingpong", "tile": "256x128x64", "warps": "w1x1", "stages": "s3"},
      ALIGNED, "registers per thread"),
     ({"epilogue": "tma", "stages": "s5"}, ALIGNED, "shared memory"),
-    ({"schedule": "streamk"}, ALIGNED, "schedule"),
     ({"cluster": "c1x2"}, Problem(4096, 4096, 4096, "nn"), "must own 64 columns"),
     ({}, Problem(1000, 4096, 333, "nt"), "use padop"),
     ({}, Problem(1000, 4095, 336, "nn"), "n % 8 == 0 for layout nn"),
@@ -230,12 +232,25 @@ def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
             assert needle in sass, needle
 
 
+def test_stream_k_source_shares_out_the_last_wave():
+    text = lowered(with_(PINGPONG, schedule="streamk"), Problem(1000, 4096, 336, "nn", "f32"))
+    for needle in ["constexpr bool kStreamK = true;", "constexpr bool kPersistent = true;",
+                   "sk_publish(args, c, place, acc);", "sk_absorb(args, w, c, place, acc);",
+                   "red.release.gpu.global.add.s32", "ld.acquire.gpu.global.s32",
+                   "cudaMemsetAsync(args.sk_flags", "kSkPlaces = kPingpong ? 1 : kConsumers"]:
+        assert needle in text, needle
+    plain = lowered(PINGPONG, Problem(1000, 4096, 336, "nn", "f32"))
+    assert "constexpr bool kStreamK = false;" in plain and "sk_publish" not in plain
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("tokens, problem, hgmma", [
     ({"tile": "128x256x64", "stages": "s3"}, Problem(1000, 4096, 336, "nt", "f16"),
      "HGMMA.64x256x16.F16"),
     # 192 f32 accumulators, and one C box per consumer beside five stages
     ({"tile": "192x128x64", "stages": "s5"}, Problem(1000, 4096, 336, "nn", "f32"),
+     "HGMMA.64x128x16.F32"),
+    ({"stages": "s6", "schedule": "streamk"}, Problem(1000, 4096, 336, "nn", "f32"),
      "HGMMA.64x128x16.F32"),
 ])
 def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path, tokens, problem, hgmma):

@@ -25,6 +25,11 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      the direct stores compiled beside it.
   5. schedule persistent: as many CTAs (clusters) as fit at once walk the units (tile x K
      slice, grouped raster) with a stride; the producer runs ahead across unit boundaries.
+     schedule stream_k: the same grid, but where the tiles don't fill the last wave (T % G
+     of them, or all T < G) those tiles are shared out evenly by k-tiles first; a CTA whose
+     share starts inside a tile leaves its accumulators in the workspace and raises a flag,
+     and the CTA that started the tile adds them before its epilogue
+     (templates/streamk.cuh.jinja).
   6. cluster cm x cn: CTA (i, j) loads 1/cn of the A tile and 1/cm of the B tile and
      multicasts each slice to the CTAs sharing it; `empty` counts the consumers of every
      CTA writing into a stage (remote arrives through mapa); a cluster barrier follows the
@@ -41,7 +46,8 @@ Constraints:
   - stages >= 2 and the ring within 227 KB of shared memory;
   - padding predicate needs k % 8 == 0 (and n % 8 == 0 for nn): TMA reads 16-byte aligned
     rows; padop copies unaligned operands into the workspace instead;
-  - schedule data_parallel or persistent; epilogue direct or tma (tma: split_k 1, and a
+  - schedule data_parallel, persistent or stream_k (stream_k: cluster c1x1);
+    epilogue direct or tma (tma: split_k 1, and a
     warpgroup's N a multiple of 64); warp_spec pingpong needs warps w1x1;
   - cluster cm x cn with cm * cn <= 4; with layout nn only where a warpgroup owns 64
     columns of C. Measured (benchmarks/wgmma_cluster_nn.py, H100): with layout nn and a
@@ -87,7 +93,7 @@ class CudaWgmma(CudaBackend):
     tile_extras = frozenset({192})  # one TMA box; 192 rows are three m64 blocks
     allowed = {
         "padding": frozenset(Padding),
-        "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT}),
+        "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT, Schedule.STREAM_K}),
         "warp_spec": frozenset(WarpSpec),
         "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
     }

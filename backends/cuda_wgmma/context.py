@@ -102,7 +102,8 @@ class WgmmaContext:
     a_slice_rows: int        # rows of each A box this CTA loads and multicasts (bm / cluster_n)
     b_slice_rows: int        # rows of each B box this CTA loads and multicasts (/ cluster_m)
     empty_arrivals: int      # consumers of a stage, of every CTA writing into this one
-    persistent: bool
+    persistent: bool         # a grid of the resident CTAs walks the units (stream_k too)
+    stream_k: bool           # the tiles past the last whole wave are shared out by k-tiles
     raster_col: bool
     raster_group: int
     split_k: int
@@ -206,6 +207,9 @@ def reason(program: Program, problem: Problem | None) -> str | None:
                 f"backends/cuda_wgmma/backend.py); raise warps.wn, or use c1x1")
     if program.stages < 2:
         return "stages: the TMA ring needs at least 2 stages"
+    if program.schedule == Schedule.STREAM_K and c.size > 1:
+        return (f"cluster: cuda_wgmma's stream_k shares tiles out CTA by CTA; use cluster "
+                f"c1x1 with it, not c{c.cm}x{c.cn}")
     if g["epi_tma"] and program.split_k.slices > 1:
         return ("epilogue: split-K writes fp32 partials that a reduce kernel sums into C; "
                 "use epilogue direct with split_k > 1")
@@ -269,7 +273,8 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         a_slice_rows=g["a_slice_rows"], b_slice_rows=g["b_slice_rows"],
         empty_arrivals=((1 if g["pingpong"] else g["consumers"])
                         * (program.cluster.cm + program.cluster.cn - 1)),
-        persistent=program.schedule == Schedule.PERSISTENT,
+        persistent=program.schedule in (Schedule.PERSISTENT, Schedule.STREAM_K),
+        stream_k=program.schedule == Schedule.STREAM_K,
         raster_col=program.raster.order == RasterOrder.COL,
         raster_group=program.raster.group,
         split_k=program.split_k.slices,

@@ -9,7 +9,8 @@ TMA multicast (2x1, and 2x2 over ragged edges; layout nn where a warpgroup owns 
 columns), ping-pong consumers (with split-K units of
 unequal length, and in a cluster), the tma epilogue (C through shared memory and TMA stores;
 C that TMA can't write falls back to direct stores; one C box per consumer beside five
-stages), and 192-row tiles.
+stages), 192-row tiles, and stream-K (the tiles of the last wave shared out by k-tiles:
+fewer tiles than CTAs, more, and fewer k-tiles than CTAs).
 
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
@@ -43,6 +44,9 @@ PROGRAMS = [
     "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
     "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma",
     "cuda_wgmma sm_90a 192x128x64 w1x1 s5 sw128 row/4 pred k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 padop k1 streamk c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x64 w1x1 s4 sw128 row/1 pred k1 streamk c1x1 nows direct",
     "cuda_wgmma sm_90a 128x128x64 w1x2 s4 sw128 row/1 pred k1 persistent c2x1 coop tma",
     "cuda_wgmma sm_90a 128x256x64 w1x4 s4 sw128 row/8 padop k1 dp c1x2 coop direct",
 ]
