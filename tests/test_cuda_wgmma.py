@@ -264,6 +264,17 @@ def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path, tokens, probl
         sass = nvcc.disassemble(so)
         for needle in (hgmma, "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
             assert needle in sass, needle
+        assert _descriptors_stay_uniform(sass)
+
+
+def _descriptors_stay_uniform(sass: str, window: int = 6) -> bool:
+    """No R2UR among the few instructions before any HGMMA: its descriptors were computed on
+    the uniform datapath. (Stream-K's first fix-up, with thread-dependent control flow,
+    pushed them into vector registers: an R2UR before every wgmma, mainloops 20 % slower.)"""
+    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    hgmma = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    return bool(hgmma) and not any("R2UR" in ln for i in hgmma
+                                   for ln in lines[max(0, i - window):i])
 
 
 @pytest.mark.nvcc
