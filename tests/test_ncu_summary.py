@@ -1,0 +1,43 @@
+"""benchmarks/ncu_summary.py: the table it makes from an ncu_tensor_pipe.sh log."""
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ncu_summary.py"
+spec = importlib.util.spec_from_file_location("ncu_summary", SCRIPT)
+ncu_summary = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ncu_summary)
+
+LOG = """metrics: sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,...
+== 1024x8192x16384 cublas (rc 0)
+  dram__bytes_read.sum = 427,904,512   [nvjet_sm90_hsh_256x128]
+  dram__bytes_write.sum = 16,000,000
+  gpu__time_duration.sum = 345,504
+  sm__cycles_elapsed.avg.per_second = 1,567,081,054.71
+  sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active = 98.23
+== 1024x8192x16384 gemmforge (rc 0) cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma
+  dram__bytes_read.sum = 411,084,544
+  dram__bytes_write.sum = 17,000,000
+  gpu__time_duration.sum = 353,248
+  sm__cycles_elapsed.avg.per_second = 1,526,182,995.82
+  sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active = 98.59
+== 2048x16384x4096 cublas (rc 1)
+== 2048x16384x4096 gemmforge (rc 1) cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma
+"""
+
+
+def test_pairs_each_kernel_with_the_cublas_run_before_it():
+    runs = ncu_summary.parse_log(LOG)
+    assert [(r["shape"], r["who"], r["rc"]) for r in runs] == [
+        ("1024x8192x16384", "cublas", 0), ("1024x8192x16384", "gemmforge", 0),
+        ("2048x16384x4096", "cublas", 1), ("2048x16384x4096", "gemmforge", 1)]
+    assert runs[0]["read"] == 427904512 and runs[1]["hz"] == 1526182995.82
+    rows = ncu_summary.table(runs).splitlines()
+    assert rows[2] == ("| 1024x8192x16384 | cuda_wgmma sm_90a 128x128x64 c1x1 pingpong tma | "
+                       "98.2 / 98.6 | 1.567 / 1.526 | 0.44 / 0.43 | 346 / 353 |")
+    assert "(missing counters)" in rows[3]  # a failed profile is shown, not dropped
+
+
+def test_missing_log_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["ncu_summary.py", str(tmp_path / "none.log")])
+    assert ncu_summary.main() == 2
+    assert "no such log" in capsys.readouterr().err
