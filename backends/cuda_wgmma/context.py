@@ -148,8 +148,8 @@ def geometry(program: Program, layout: Layout) -> dict:
     # Two C boxes per consumer (one filling while the other is stored) where they fit beside
     # the ring, else one (each box's store must have read it before it is written again).
     room = LIMITS[program.arch].max_smem_per_block - ring_bytes
-    epi_buffers = next((n for n in range(EPI_BUFFERS, 1, -1)
-                        if consumers * n * EPI_BOX_BYTES <= room), 1) if epi_tma else 0
+    fits_two = consumers * EPI_BUFFERS * EPI_BOX_BYTES <= room
+    epi_buffers = (EPI_BUFFERS if fits_two else 1) if epi_tma else 0
     epi_bytes = consumers * epi_buffers * EPI_BOX_BYTES
     c = program.cluster
     return dict(
