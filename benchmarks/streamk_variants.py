@@ -7,6 +7,8 @@ few shapes. The variants patch the emitted source (they are diagnostics, not pro
   no_wait     streamk, the owner does not wait for the flags (sums may be wrong)
   no_fixup    streamk, no workspace slots written or added (sums wrong)
   no_share    streamk code, but the launcher shares no tiles (sk_tiles = 0)
+  no_fixup_no_shift  no_fixup, and the whole tiles start from tile 0 as in persistent (the
+              shared tiles are computed twice: is the shift of the raster the cost?)
 
     python3 benchmarks/streamk_variants.py build .carry/skdbg        # CPU machine, nvcc
     python3 benchmarks/streamk_variants.py run .carry/skdbg          # GPU machine
@@ -36,6 +38,10 @@ PATCHES = {  # variant: (schedule, [(text in the emitted source, replacement)])
     "no_fixup": ("streamk", [("      sk_publish(args, c, place, acc);\n", ""),
                              ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", "")]),
     "no_share": ("streamk", [("args.sk_tiles = plan.sk.sk_tiles;", "args.sk_tiles = 0;")]),
+    "no_fixup_no_shift": ("streamk", [
+        ("      sk_publish(args, c, place, acc);\n", ""),
+        ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", ""),
+        ("dp(a.sk_tiles + first_unit())", "dp(first_unit())")]),
 }
 
 
