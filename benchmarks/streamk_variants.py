@@ -35,11 +35,11 @@ PATCHES = {  # variant: (schedule, [(text in the emitted source, replacement)])
     "streamk": ("streamk", []),
     "no_wait": ("streamk", [("} while (!__all_sync(0xffffffffu, done >= kSkPlaces));",
                              "} while (false);")]),
-    "no_fixup": ("streamk", [("      sk_publish(args, c, place, acc);\n", ""),
+    "no_fixup": ("streamk", [("      sk_publish(args, w, c, place, acc);\n", ""),
                              ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", "")]),
     "no_share": ("streamk", [("args.sk_tiles = plan.sk.sk_tiles;", "args.sk_tiles = 0;")]),
     "no_fixup_no_shift": ("streamk", [
-        ("      sk_publish(args, c, place, acc);\n", ""),
+        ("      sk_publish(args, w, c, place, acc);\n", ""),
         ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", ""),
         ("dp(a.sk_tiles + first_unit())", "dp(first_unit())")]),
 }

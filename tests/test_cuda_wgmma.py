@@ -235,9 +235,10 @@ def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
 def test_stream_k_source_shares_out_the_last_wave():
     text = lowered(with_(PINGPONG, schedule="streamk"), Problem(1000, 4096, 336, "nn", "f32"))
     for needle in ["constexpr bool kStreamK = true;", "constexpr bool kPersistent = true;",
-                   "sk_publish(args, c, place, acc);", "sk_absorb(args, w, c, place, acc);",
+                   "sk_publish(args, w, c, place, acc);", "sk_absorb(args, w, c, place, acc);",
                    "red.release.gpu.global.add.s32", "ld.acquire.gpu.global.s32",
-                   "cudaMemsetAsync(args.sk_flags", "kSkPlaces = kPingpong ? 1 : kConsumers"]:
+                   "cudaMemsetAsync(args.sk_flags", "kSkPlaces = kPingpong ? 1 : kConsumers",
+                   "w.kt_end = a.sk_head;", "kStreamKMinShareOfWave = 4"]:
         assert needle in text, needle
     plain = lowered(PINGPONG, Problem(1000, 4096, 336, "nn", "f32"))
     assert "constexpr bool kStreamK = false;" in plain and "sk_publish" not in plain

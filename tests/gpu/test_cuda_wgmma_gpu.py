@@ -9,8 +9,10 @@ TMA multicast (2x1, and 2x2 over ragged edges; layout nn where a warpgroup owns 
 columns), ping-pong consumers (with split-K units of
 unequal length, and in a cluster), the tma epilogue (C through shared memory and TMA stores;
 C that TMA can't write falls back to direct stores; one C box per consumer beside five
-stages), 192-row tiles, and stream-K (the tiles of the last wave shared out by k-tiles:
-fewer tiles than CTAs, more, and fewer k-tiles than CTAs).
+stages), 192-row tiles, and stream-K (the tiles past the last whole wave split into a
+head for their owner and a tail shared among the spare CTAs: fewer tiles than CTAs, more,
+tails of one part and of several, several parts per spare; shapes where the launcher shares
+nothing take the persistent path).
 
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
@@ -54,6 +56,10 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64
           (129, 255, 1000)]
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
+# Shapes whose tiles stream-K splits on a 132-SM GPU (the last wave at least a quarter full,
+# a head shorter than K): 128x128 tiles: 192 tiles (60 split, tails of 2-3 parts) and 128 of
+# 132 (4 spares, each holding 32 tails of 2 k-tiles); 128x256: 96 tiles; 64x128: 384 tiles.
+STREAMK_SHAPES = [(2000, 1496, 3000), (1024, 2048, 4000)]
 
 
 
@@ -101,6 +107,17 @@ def test_matches_fp32_reference(kernels, text, shape, layout, acc):
     if not readable(text, shape, layout):
         pytest.skip("predicate program, unaligned rows (test_predicate_refuses_unaligned)")
     assert_matches_reference(kernels[(text, layout, acc)], *shape, layout, acc)
+
+
+@pytest.mark.parametrize("layout, acc", KINDS)
+@pytest.mark.parametrize("shape", STREAMK_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("text", [t for t in PROGRAMS if " streamk " in t])
+def test_stream_k_heads_and_tails_add_up(kernels, text, shape, layout, acc):
+    """Shapes the launcher does split (its workspace holds tail slots), every element right."""
+    kernel = kernels[(text, layout, acc)]
+    # rows 16-byte aligned: no padded operand copies, so any workspace is stream-K's
+    assert kernel.workspace_bytes(*shape) > 0, "the launcher shared no tiles here"
+    assert_matches_reference(kernel, *shape, layout, acc)
 
 
 @pytest.mark.parametrize("text", PROGRAMS)
