@@ -12,10 +12,17 @@ few shapes. The variants patch the emitted source (they are diagnostics, not pro
 
     python3 benchmarks/streamk_variants.py build .carry/skdbg        # CPU machine, nvcc
     python3 benchmarks/streamk_variants.py run .carry/skdbg          # GPU machine
+
+With `build --trace`, every consumer warpgroup also records, per unit, the global timer
+before its turn wait, after it, after its mainloop and after its epilogue (or its stream-K
+publish), and `run --trace DIR` writes each variant's last launch there; `summary DIR`
+prints, per variant and shape, where the CTAs' time went (shared phase, data-parallel
+units' mainloops and epilogues, waits for the turn).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -44,8 +51,57 @@ PATCHES = {  # variant: (schedule, [(text in the emitted source, replacement)])
         ("dp(a.sk_tiles + first_unit())", "dp(first_unit())")]),
 }
 
+# The trace: per CTA, consumer and unit (the consumer's n-th), 8 words: tile << 32 | kt_begin
+# << 16 | kt_end, then global-timer ns before the turn wait, after it, after the mainloop,
+# after the epilogue, and the SM id.
+TRACE_CTAS, TRACE_UNITS, TRACE_WORDS = 160, 64, 8
+TRACE_PATCHES = [
+    ("// A consumer warpgroup: every unit of this CTA", f"""\
+constexpr int kTraceCtas = {TRACE_CTAS}, kTraceUnits = {TRACE_UNITS};
+__device__ unsigned long long g_trace[kTraceCtas][2][kTraceUnits][{TRACE_WORDS}];
+__device__ __forceinline__ unsigned long long gf_now() {{
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}}
+__device__ __forceinline__ void gf_trace(int c, int n, const Unit& w, unsigned long long tw,
+                                         unsigned long long t0, unsigned long long t1) {{
+  if (threadIdx.x % kWarpgroupThreads != 0 || blockIdx.x >= kTraceCtas || n >= kTraceUnits) return;
+  unsigned long long* e = g_trace[blockIdx.x][c][n];
+  unsigned int sm;
+  asm volatile("mov.u32 %0, %smid;" : "=r"(sm));
+  e[0] = (unsigned long long)w.tile << 32 | (unsigned long long)w.kt_begin << 16 | w.kt_end;
+  e[1] = tw; e[2] = t0; e[3] = t1; e[4] = gf_now(); e[5] = sm;
+}}
 
-def build(out: Path) -> int:
+// A consumer warpgroup: every unit of this CTA"""),
+    ("    if (kPingpong && turn > 0) mbar_wait(r.turn(c), (c == 0 ? mine - 1 : mine) & 1);\n",
+     "    const unsigned long long gf_tw = gf_now();\n"
+     "    if (kPingpong && turn > 0) mbar_wait(r.turn(c), (c == 0 ? mine - 1 : mine) & 1);\n"
+     "    const unsigned long long gf_t0 = gf_now();\n"),
+    ("    wgmma_wait<0>();\n    fence_acc(acc);\n",
+     "    wgmma_wait<0>();\n    fence_acc(acc);\n    const unsigned long long gf_t1 = gf_now();\n"),
+    ("    else store_acc(args, w, row0, col0, acc);\n  }\n",
+     "    else store_acc(args, w, row0, col0, acc);\n"
+     "    gf_trace(c, mine - 1, w, gf_tw, gf_t0, gf_t1);\n  }\n"),
+    ("  const bool ok = rel == rel", """\
+  if (const char* path = std::getenv("GF_TRACE")) {
+    std::vector<unsigned long long> trace(sizeof(gf::g_trace) / sizeof(unsigned long long));
+    GF_CHECK(cudaMemcpyFromSymbol(trace.data(), gf::g_trace, sizeof(gf::g_trace)));
+    if (FILE* f = std::fopen(path, "wb")) {
+      std::fwrite(trace.data(), sizeof(unsigned long long), trace.size(), f);
+      std::fclose(f);
+    }
+  }
+  const bool ok = rel == rel"""),
+]
+# in stream-K builds only: a published part's record (it skips the epilogue)
+TRACE_PUBLISH = ("      sk_publish(args, w, c, place, acc);\n",
+                 "      sk_publish(args, w, c, place, acc);\n"
+                 "      gf_trace(c, mine - 1, w, gf_tw, gf_t0, gf_t1);\n")
+
+
+def build(out: Path, trace: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     problem = Problem(8192, 8192, 8192, "nn", "f32")
 
@@ -53,6 +109,9 @@ def build(out: Path) -> int:
         schedule, patches = PATCHES[variant]
         with tempfile.TemporaryDirectory() as tmp:
             text = emit(problem, parse(PROGRAM.format(schedule)), Path(tmp)).read_text()
+            if trace:  # before the variant's own patches, which may remove the publish
+                patches = [*TRACE_PATCHES, *([TRACE_PUBLISH] if TRACE_PUBLISH[0] in text else []),
+                           *patches]
             for old, new in patches:
                 if old not in text:
                     return f"{variant}: the emitted source no longer holds {old!r}"
@@ -70,28 +129,68 @@ def build(out: Path) -> int:
     return 0 if all(r.endswith("built") for r in results) else 1
 
 
-def run(out: Path, repeats: int) -> int:
+def run(out: Path, repeats: int, shapes: list[str], trace: Path | None = None) -> int:
     missing = [v for v in PATCHES if not (out / v).is_file()]
     if missing:
         print(f"not built: {', '.join(missing)} (run `build` first)", file=sys.stderr)
         return 2
-    for shape in SHAPES:
+    if trace:
+        trace.mkdir(parents=True, exist_ok=True)
+    for shape in shapes:
         for _ in range(repeats):
             for variant in PATCHES:
+                env = dict(os.environ)
+                if trace:
+                    env["GF_TRACE"] = str(trace / f"{variant}_{shape.replace(' ', 'x')}.bin")
                 r = subprocess.run([str(out / variant), *shape.split()], capture_output=True,
-                                   text=True)
+                                   text=True, env=env)
                 line = (r.stdout.strip() or r.stderr.strip()).split(" rel_err=")[-1]
                 print(f"{shape.replace(' ', 'x'):>16} {variant:>10}  rel_err={line}")
     return 0
 
 
+def summary(folder: Path) -> int:
+    """Per trace file: the kernel's span, the shared phase's end (last stream-K segment), and
+    per data-parallel unit the median mainloop, epilogue and turn wait, all in µs."""
+    import numpy as np
+    files = sorted(folder.glob("*.bin"))
+    if not files:
+        print(f"no traces in {folder}", file=sys.stderr)
+        return 2
+    print(f"{'variant':>18} {'shape':>16} {'span':>8} {'sk end':>7} {'ml med':>7} {'ml p90':>7} "
+          f"{'epi med':>7} {'wait med':>8} {'units':>6}")
+    for f in files:
+        e = np.fromfile(f, dtype=np.uint64).reshape(TRACE_CTAS, 2, TRACE_UNITS, TRACE_WORDS)
+        e = e.reshape(-1, TRACE_WORDS)
+        e = e[e[:, 2] > 0].astype(np.int64)
+        t0 = e[:, 1].min()
+        kb, ke = (e[:, 0] >> 16) & 0xFFFF, e[:, 0] & 0xFFFF
+        full = (kb == 0) & (ke == ke.max())
+        us = lambda x: x / 1e3  # noqa: E731
+        sk_end = us(e[~full, 4].max() - t0) if (~full).any() else 0.0
+        ml, epi, wait = e[full, 3] - e[full, 2], e[full, 4] - e[full, 3], e[full, 2] - e[full, 1]
+        variant, shape = f.stem.rsplit("_", 1)
+        print(f"{variant:>18} {shape:>16} {us(e[:, 4].max() - t0):8.1f} {sk_end:7.1f} "
+              f"{us(np.median(ml)):7.2f} {us(np.percentile(ml, 90)):7.2f} {us(np.median(epi)):7.2f} "
+              f"{us(np.median(wait)):8.2f} {len(e):6d}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=["build", "run"])
-    ap.add_argument("out", type=Path, help="folder of the executables")
+    ap.add_argument("action", choices=["build", "run", "summary"])
+    ap.add_argument("out", type=Path, help="folder of the executables (summary: of the traces)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of 'M N K'")
+    ap.add_argument("--trace", nargs="?", const=True, default=None,
+                    help="build: record a trace; run: write the traces to this folder")
     args = ap.parse_args()
-    return build(args.out) if args.action == "build" else run(args.out, args.repeats)
+    if args.action == "build":
+        return build(args.out, trace=bool(args.trace))
+    if args.action == "summary":
+        return summary(args.out)
+    trace = Path(args.trace) if isinstance(args.trace, str) else None
+    return run(args.out, args.repeats, args.shapes.split(","), trace)
 
 
 if __name__ == "__main__":
