@@ -7,8 +7,6 @@ few shapes. The variants patch the emitted source (they are diagnostics, not pro
   no_wait     streamk, the owner does not wait for the flags (sums may be wrong)
   no_fixup    streamk, no workspace slots written or added (sums wrong)
   no_share    streamk code, but the launcher shares no tiles (sk_tiles = 0)
-  no_fixup_no_shift  no_fixup, and the whole tiles start from tile 0 as in persistent (the
-              shared tiles are computed twice: is the shift of the raster the cost?)
 
     python3 benchmarks/streamk_variants.py build .carry/skdbg        # CPU machine, nvcc
     python3 benchmarks/streamk_variants.py run .carry/skdbg          # GPU machine
@@ -45,10 +43,6 @@ PATCHES = {  # variant: (schedule, [(text in the emitted source, replacement)])
     "no_fixup": ("streamk", [("      sk_publish(args, w, c, place, acc);\n", ""),
                              ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", "")]),
     "no_share": ("streamk", [("args.sk_tiles = plan.sk.sk_tiles;", "args.sk_tiles = 0;")]),
-    "no_fixup_no_shift": ("streamk", [
-        ("      sk_publish(args, w, c, place, acc);\n", ""),
-        ("if (w.kt_end < args.k_tiles) sk_absorb(args, w, c, place, acc);", ""),
-        ("dp(a.sk_tiles + first_unit())", "dp(first_unit())")]),
 }
 
 # The trace: per CTA, consumer and unit (the consumer's n-th), 8 words: tile << 32 | kt_begin
@@ -150,29 +144,35 @@ def run(out: Path, repeats: int, shapes: list[str], trace: Path | None = None) -
 
 
 def summary(folder: Path) -> int:
-    """Per trace file: the kernel's span, the shared phase's end (last stream-K segment), and
-    per data-parallel unit the median mainloop, epilogue and turn wait, all in µs."""
+    """Per trace file, in µs from the first unit's start: the kernel's span, when the last
+    whole (data-parallel) tile ended, the longest head and the longest spare's parts
+    (mainloop start of its first part to the end of its last), and per whole tile the
+    median and 90th-percentile mainloop and the median epilogue."""
     import numpy as np
     files = sorted(folder.glob("*.bin"))
     if not files:
         print(f"no traces in {folder}", file=sys.stderr)
         return 2
-    print(f"{'variant':>18} {'shape':>16} {'span':>8} {'sk end':>7} {'ml med':>7} {'ml p90':>7} "
-          f"{'epi med':>7} {'wait med':>8} {'units':>6}")
+    print(f"{'variant':>10} {'shape':>17} {'span':>8} {'dp end':>8} {'head':>7} {'spare':>7} "
+          f"{'ml med':>7} {'ml p90':>7} {'epi med':>7}")
     for f in files:
         e = np.fromfile(f, dtype=np.uint64).reshape(TRACE_CTAS, 2, TRACE_UNITS, TRACE_WORDS)
-        e = e.reshape(-1, TRACE_WORDS)
-        e = e[e[:, 2] > 0].astype(np.int64)
-        t0 = e[:, 1].min()
-        kb, ke = (e[:, 0] >> 16) & 0xFFFF, e[:, 0] & 0xFFFF
-        full = (kb == 0) & (ke == ke.max())
-        us = lambda x: x / 1e3  # noqa: E731
-        sk_end = us(e[~full, 4].max() - t0) if (~full).any() else 0.0
-        ml, epi, wait = e[full, 3] - e[full, 2], e[full, 4] - e[full, 3], e[full, 2] - e[full, 1]
+        used = e[..., 2] > 0
+        t0 = e[..., 1][used].min()
+        kb, ke = (e[..., 0] >> 16) & 0xFFFF, e[..., 0] & 0xFFFF
+        full = used & (kb == 0) & (ke == ke[used].max())
+        head, part = used & (kb == 0) & ~full, used & (kb > 0)
+        us = lambda x: float(x) / 1e3  # noqa: E731
+        ml = e[..., 3][full].astype(np.int64) - e[..., 2][full].astype(np.int64)
+        epi = e[..., 4][full].astype(np.int64) - e[..., 3][full].astype(np.int64)
+        heads = (e[..., 3][head].astype(np.int64) - e[..., 2][head].astype(np.int64))
+        spare = [us(e[c][..., 4][part[c]].max() - e[c][..., 2][part[c]].min())
+                 for c in range(TRACE_CTAS) if part[c].any()]
         variant, shape = f.stem.rsplit("_", 1)
-        print(f"{variant:>18} {shape:>16} {us(e[:, 4].max() - t0):8.1f} {sk_end:7.1f} "
-              f"{us(np.median(ml)):7.2f} {us(np.percentile(ml, 90)):7.2f} {us(np.median(epi)):7.2f} "
-              f"{us(np.median(wait)):8.2f} {len(e):6d}")
+        print(f"{variant:>10} {shape:>17} {us(e[..., 4][used].max() - t0):8.1f} "
+              f"{us(e[..., 4][full].max() - t0) if full.any() else 0:8.1f} "
+              f"{us(heads.max()) if heads.size else 0:7.1f} {max(spare, default=0):7.1f} "
+              f"{us(np.median(ml)):7.2f} {us(np.percentile(ml, 90)):7.2f} {us(np.median(epi)):7.2f}")
     return 0
 
 

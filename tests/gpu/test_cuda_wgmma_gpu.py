@@ -10,9 +10,9 @@ columns), ping-pong consumers (with split-K units of
 unequal length, and in a cluster), the tma epilogue (C through shared memory and TMA stores;
 C that TMA can't write falls back to direct stores; one C box per consumer beside five
 stages), 192-row tiles, and stream-K (the tiles past the last whole wave split into a
-head for their owner and a tail shared among the spare CTAs: fewer tiles than CTAs, more,
-tails of one part and of several, several parts per spare; shapes where the launcher shares
-nothing take the persistent path).
+head for their owner and a tail in 1-3 parts for the spare CTAs: fewer tiles than CTAs,
+more, several parts per spare; shapes where the launcher shares nothing take the
+persistent path).
 
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
@@ -57,9 +57,10 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
 # Shapes whose tiles stream-K splits on a 132-SM GPU (the last wave at least a quarter full,
-# a head shorter than K): 128x128 tiles: 192 tiles (60 split, tails of 2-3 parts) and 128 of
-# 132 (4 spares, each holding 32 tails of 2 k-tiles); 128x256: 96 tiles; 64x128: 384 tiles.
-STREAMK_SHAPES = [(2000, 1496, 3000), (1024, 2048, 4000)]
+# a head shorter than K), ragged: with 128x128 tiles, 192 tiles (60 split, their tails in one
+# part each), 176 (44 split, tails in 2 parts) and 165 (33, in 3 parts); fewer tiles than
+# CTAs for 128x256; 384, 352 and 330 tiles for 64x128.
+STREAMK_SHAPES = [(2000, 1496, 3000), (1000, 2800, 2000), (1900, 1400, 2048)]
 
 
 
