@@ -26,10 +26,11 @@ The kernel, in steps (templates/kernel.cuh.jinja):
   5. schedule persistent: as many CTAs (clusters) as fit at once walk the units (tile x K
      slice, grouped raster) with a stride; the producer runs ahead across unit boundaries.
      schedule stream_k: the same grid, but where the tiles don't fill the last wave (T % G
-     of them, or all T < G) those tiles are shared out evenly by k-tiles first; a CTA whose
-     share starts inside a tile leaves its accumulators in the workspace and raises a flag,
-     and the CTA that started the tile adds them before its epilogue
-     (templates/streamk.cuh.jinja).
+     of them, or all T < G) those tiles are split by k-tiles after the whole ones: a head
+     for the tile's owner and a tail, in parts, for the CTAs the last wave would leave idle;
+     each tail part leaves its accumulators in the workspace and raises a flag, and the
+     owner adds them before its epilogue (templates/streamk.cuh.jinja). Where the count
+     says splitting saves under 1 %, the launcher shares nothing.
   6. cluster cm x cn: CTA (i, j) loads 1/cn of the A tile and 1/cm of the B tile and
      multicasts each slice to the CTAs sharing it; `empty` counts the consumers of every
      CTA writing into a stage (remote arrives through mapa); a cluster barrier follows the

@@ -56,11 +56,14 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64
           (129, 255, 1000)]
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
-# Shapes whose tiles stream-K splits on a 132-SM GPU (the last wave at least a quarter full,
-# a head shorter than K), ragged: with 128x128 tiles, 192 tiles (60 split, their tails in one
-# part each), 176 (44 split, tails in 2 parts) and 165 (33, in 3 parts); fewer tiles than
-# CTAs for 128x256; 384, 352 and 330 tiles for 64x128.
-STREAMK_SHAPES = [(2000, 1496, 3000), (1000, 2800, 2000), (1900, 1400, 2048)]
+# Stream-K programs with shapes whose tiles they split on a 132-SM GPU (the launcher's
+# rules: the last wave at least a quarter full, a saving of at least 1 %), ragged: 128x128
+# tiles: 192 tiles (60 split, each tail in one part), 176 (44 split, tails in 2 parts) and
+# 165 (33, in 3 parts); 128x256: fewer tiles than CTAs; 64x128: 352 and 330 tiles.
+STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800, 2000)),
+                 (PROGRAMS[16], (1900, 1400, 2048)), (PROGRAMS[17], (2000, 1496, 3000)),
+                 (PROGRAMS[17], (1000, 2800, 2000)), (PROGRAMS[18], (1000, 2800, 2000)),
+                 (PROGRAMS[18], (1900, 1400, 2048))]
 
 
 
@@ -111,8 +114,8 @@ def test_matches_fp32_reference(kernels, text, shape, layout, acc):
 
 
 @pytest.mark.parametrize("layout, acc", KINDS)
-@pytest.mark.parametrize("shape", STREAMK_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("text", [t for t in PROGRAMS if " streamk " in t])
+@pytest.mark.parametrize("text, shape", STREAMK_CASES,
+                         ids=[f"{t.split()[2]}-{'x'.join(map(str, s))}" for t, s in STREAMK_CASES])
 def test_stream_k_heads_and_tails_add_up(kernels, text, shape, layout, acc):
     """Shapes the launcher does split (its workspace holds tail slots), every element right."""
     kernel = kernels[(text, layout, acc)]
