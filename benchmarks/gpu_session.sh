@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 GEMMFORGE_NVCC_THREADS=2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
-status=0
+status=0; index=0
 for part in "$@"; do
-  kind=${part%%:*}; arg=${part#*:}; tag=$(echo "$arg" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
+  # the part's number first: two parts with the same first 60 characters keep both logs
+  index=$((index + 1))
+  kind=${part%%:*}; arg=${part#*:}; tag=${index}_$(echo "$arg" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
   echo "=== $part"
   case "$kind" in
     tests) python3 -m pytest -m gpu $arg -q --tb=short -p no:cacheprovider >"$OUT/t_$tag.log" 2>&1
