@@ -6,6 +6,8 @@ sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3
         --programs benchmarks/programs/hopper_weak.txt --name hopper_weak
     python3 benchmarks/hopper_large.py --winners benchmarks/results/hopper_large_h100_v6.csv \
         --rounds 20 --name hopper_large_h100_v6_confirm     # the winners alone, timed again
+    python3 benchmarks/hopper_large.py --winners A.csv B.csv --top 3 --rounds 20 \
+        --name shortlist    # each shape's best 3 alone; then --winners <shortlist>.csv
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
 2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
@@ -59,20 +61,25 @@ def main() -> int:
                     help="results CSVs: time only the best program per shape, by its geomean "
                          "ratio over these runs (a confirmation run: the best of many noisy "
                          "ratios reads high, so report winners measured again)")
+    ap.add_argument("--top", type=int, default=1,
+                    help="with --winners: time each shape's best N programs (each alone), a "
+                         "shortlist whose CSV a later --winners run picks from")
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
     chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
-    winners = best_over_runs([read_csv(path) for path in args.winners]) if args.winners else {}
+    if args.top < 1:
+        ap.error("--top must be at least 1")
+    winners = best_over_runs([read_csv(path) for path in args.winners], args.top) if args.winners else {}
     if winners:
         chosen = [s for s in chosen if s in winners] if args.shapes else list(winners)
     settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
-                             interleave=not args.alone)
+                             interleave=not (args.alone or winners))
     start = time.perf_counter()
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for shape in chosen:
             problem = parse_problem(shape)
-            candidates = [winners[shape]] if winners else texts
+            candidates = winners[shape] if winners else texts
             programs = [p for p in map(parse, candidates) if check(p, problem) is None]
             results += evaluate(programs, problem, device_runner=runner, builders=builders,
                                 settings=settings)
@@ -84,21 +91,22 @@ def main() -> int:
     return 0
 
 
-def best_over_runs(runs: list[list]) -> dict[str, str]:
-    """Per shape "MxNxK", the program with the highest geomean speedup over `runs` (lists
-    of Results), among the programs measured ok at that shape in every run."""
+def best_over_runs(runs: list[list], top: int = 1) -> dict[str, list[str]]:
+    """Per shape "MxNxK", the `top` programs with the highest geomean speedup over `runs`
+    (lists of Results), best first, among the programs measured ok at that shape in every
+    run."""
     ratios: dict[tuple[str, str], list[float]] = {}
     for results in runs:
         for r in results:
             if r.ok and r.speedup:
                 ratios.setdefault((f"{r.m}x{r.n}x{r.k}", r.program), []).append(r.speedup)
-    best: dict[str, tuple[float, str]] = {}
+    ranked: dict[str, list[tuple[float, str]]] = {}
     for (shape, program), xs in ratios.items():
         if len(xs) == len(runs):
-            geo = math.exp(statistics.fmean(map(math.log, xs)))
-            if shape not in best or geo > best[shape][0]:
-                best[shape] = (geo, program)
-    return {shape: program for shape, (_, program) in best.items()}
+            ranked.setdefault(shape, []).append((math.exp(statistics.fmean(map(math.log, xs))),
+                                                 program))
+    return {shape: [program for _, program in sorted(rows, reverse=True)[:top]]
+            for shape, rows in ranked.items()}
 
 
 def summary(results) -> str:
