@@ -81,6 +81,8 @@ def test_accepts(text, problem):
     ({"epilogue": "smem"}, ALIGNED, "epilogue"),
     ({"schedule": "streamk", "split_k": "k2"}, ALIGNED, "stream_k already divides K"),
     ({"schedule": "streamk", "cluster": "c2x1"}, ALIGNED, "cluster c1x1"),
+    ({"schedule": "streamk", "tile": "64x32x64", "warps": "w1x4", "warp_spec": "coop"}, ALIGNED,
+     "at least 16 columns"),
     ({"epilogue": "tma", "split_k": "k2"}, ALIGNED, "split-K writes fp32 partials"),
     ({"epilogue": "tma", "tile": "64x32x64", "warps": "w1x1"}, ALIGNED, "64-column boxes"),
     ({"warp_spec": "pingpong"}, ALIGNED, "use w1x1, not w2x1"),

@@ -44,6 +44,7 @@ ACC_HEADROOM_REGS = 40       # addressing, descriptors and loop state beside the
                              # (192 accumulators in 232 registers build without spills)
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
+STREAM_K_MIN_WG_N = 16       # stream_k: its workspace takes accumulators 4 x 32 bits at a time
 PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
 EPI_BOX = 64                 # epilogue tma: C leaves shared memory in 64 x 64 boxes
 EPI_BUFFERS = 2              # per consumer at most: one box filling while the other is stored
@@ -210,6 +211,10 @@ def reason(program: Program, problem: Problem | None) -> str | None:
     if program.schedule == Schedule.STREAM_K and c.size > 1:
         return (f"cluster: cuda_wgmma's stream_k shares tiles out CTA by CTA; use cluster "
                 f"c1x1 with it, not c{c.cm}x{c.cn}")
+    if program.schedule == Schedule.STREAM_K and g["wg_n"] < STREAM_K_MIN_WG_N:
+        return (f"warps.wn: stream_k moves accumulators to its workspace four registers at a "
+                f"time, so a warpgroup needs at least {STREAM_K_MIN_WG_N} columns (f16 packs "
+                f"two per register), not {g['wg_n']}")
     if g["epi_tma"] and program.split_k.slices > 1:
         return ("epilogue: split-K writes fp32 partials that a reduce kernel sums into C; "
                 "use epilogue direct with split_k > 1")
