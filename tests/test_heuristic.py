@@ -30,7 +30,7 @@ def test_seeds_only_for_large_problems():
     big, small = parse_problem("8192x8192x8192"), parse_problem("64x64x64")
     assert big.flops >= SEED_MIN_FLOPS > small.flops
     first = HeuristicPolicy("cuda_wgmma").propose(big, Arch.SM90A, 1)[0]
-    assert str(first).endswith("s6 sw128 row/4 pred k1 persistent c1x1 pingpong tma")
+    assert str(first).endswith("s6 sw128 row/4 pred k1 streamk c1x1 pingpong tma")
     assert HeuristicPolicy("cuda_wgmma").propose(small, Arch.SM90A, 1)[0].tile.bm == 64
 
 
