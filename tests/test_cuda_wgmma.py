@@ -240,7 +240,8 @@ def test_stream_k_source_shares_out_the_last_wave():
                    "sk_publish(args, w, c, place, acc);", "sk_absorb(args, w, c, place, acc);",
                    "red.release.gpu.global.add.s32", "ld.acquire.gpu.global.s32",
                    "cudaMemsetAsync(args.sk_flags", "kSkPlaces = kPingpong ? 1 : kConsumers",
-                   "w.kt_end = a.sk_head;", "kStreamKMinShareOfWave = 4"]:
+                   "w.kt_end = a.sk_head;", "kStreamKMinShareOfWave = 4",
+                   "kStreamKMaxPartsPerSpare = 8"]:
         assert needle in text, needle
     plain = lowered(PINGPONG, Problem(1000, 4096, 336, "nn", "f32"))
     assert "constexpr bool kStreamK = false;" in plain and "sk_publish" not in plain

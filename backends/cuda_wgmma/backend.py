@@ -30,7 +30,8 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      for the tile's owner and a tail, in parts, for the CTAs the last wave would leave idle;
      each tail part leaves its accumulators in the workspace and raises a flag, and the
      owner adds them before its epilogue (templates/streamk.cuh.jinja). Where the count
-     says splitting saves under 1 %, the launcher shares nothing.
+     says splitting saves under 1 %, or the idle CTAs are too few for the tails, the
+     launcher shares nothing.
   6. cluster cm x cn: CTA (i, j) loads 1/cn of the A tile and 1/cm of the B tile and
      multicasts each slice to the CTAs sharing it; `empty` counts the consumers of every
      CTA writing into a stage (remote arrives through mapa); a cluster barrier follows the

@@ -57,7 +57,8 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
 # Stream-K programs with shapes whose tiles they split on a 132-SM GPU (the launcher's
-# rules: the last wave at least a quarter full, a saving of at least 1 %), ragged: 128x128
+# rules: the last wave at least a quarter full, a saving of at least 1 %, at most 8 parts per
+# spare CTA), ragged: 128x128
 # tiles: 192 tiles (60 split, each tail in one part), 176 (44 split, tails in 2 parts) and
 # 165 (33, in 3 parts); 128x256: fewer tiles than CTAs; 64x128: 352 and 330 tiles.
 STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800, 2000)),
