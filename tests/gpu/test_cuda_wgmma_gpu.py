@@ -176,13 +176,16 @@ def test_predicate_refuses_unaligned(kernels):
 
 @pytest.mark.parametrize("text, layout, acc", [(PROGRAMS[1], "nn", "f32"),
                                                (PROGRAMS[3], "nt", "f16"),
-                                               (PROGRAMS[10], "nn", "f32")])
+                                               (PROGRAMS[10], "nn", "f32"),
+                                               (PROGRAMS[16], "nn", "f32")])
 def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
-    """An emitted .cu, built with plain nvcc (no torch, no gemmforge), passes its main()."""
+    """An emitted .cu, built with plain nvcc (no torch, no gemmforge), passes its main()
+    (stream-K's also at a shape its launcher splits: the workspace comes from main())."""
     program = parse(text)
     cu = emit(Problem(1000, 4096, 336, layout, acc), program, tmp_path)
     exe = build_selftest(cu, program)
     shapes = [[], ["4096", "64", "8192"]] + ([["17", "33", "65"]] if " padop " in text else [])
+    shapes += [[str(x) for x in STREAMK_CASES[0][1]]] if " streamk " in text else []
     for args in shapes:
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
