@@ -14,8 +14,8 @@ few shapes. The variants patch the emitted source (they are diagnostics, not pro
 With `build --trace`, every consumer warpgroup also records, per unit, the global timer
 before its turn wait, after it, after its mainloop and after its epilogue (or its stream-K
 publish), and `run --trace DIR` writes each variant's last launch there; `summary DIR`
-prints, per variant and shape, where the CTAs' time went (shared phase, data-parallel
-units' mainloops and epilogues, waits for the turn).
+prints, per variant and shape, where the CTAs' time went (when the whole tiles ended, the
+longest head and spare, the whole tiles' mainloops and epilogues).
 """
 from __future__ import annotations
 
