@@ -67,9 +67,10 @@ def main() -> int:
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
     chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
-    if args.top < 1:
-        ap.error("--top must be at least 1")
-    winners = best_over_runs([read_csv(path) for path in args.winners], args.top) if args.winners else {}
+    if args.top < 1 or (args.top > 1 and not args.winners):
+        ap.error("--top takes a count of at least 1, and only with --winners")
+    runs = [read_csv(path) for path in args.winners or []]
+    winners = best_over_runs(runs, args.top) if runs else {}
     if winners:
         chosen = [s for s in chosen if s in winners] if args.shapes else list(winners)
     settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
