@@ -1,8 +1,10 @@
-"""Diagnose cuda_wgmma's clusters with layout nn (declined by its legality rule: they computed
-wrong results on an H200, NaN in part of C). Builds the programs past verify (the rule is the
-thing under test), runs each on a NaN-filled C, and prints where C went wrong: the fraction
-of unwritten (NaN) and of wrong elements, and which tiles, rows within a tile and columns
-within a tile hold them. Layout nt with the same programs is the control.
+"""Diagnose cuda_wgmma's clusters with layout nn. Builds the programs past verify, runs each on a
+NaN-filled C, and prints where C went wrong: the fraction of unwritten (NaN) and of wrong
+elements, and which tiles, rows within a tile and columns within a tile hold them. Layout nt
+with the same programs is the control. It found (logs/wgmma_cluster_nn_h100.log) that with a
+cluster and a warpgroup wider than one 64-column atom, columns past the first atom went wrong
+off rank 0 -- the rank bits of the shared address spilling into the wgmma descriptor's
+leading-byte offset -- and showed the fix (logs/wgmma_cluster_nn_h100_v12.log: all clean).
 
     python3 benchmarks/wgmma_cluster_nn.py [--shapes 4096x4096x4096,512x512x512]
 """

@@ -55,6 +55,8 @@ def test_sm80_is_refused_naming_wgmma():
     (with_(COOP, cluster="c1x2"), Problem(1000, 4096, 336, "nt", "f32")),
     (with_(COOP, epilogue="tma"), ALIGNED), (PINGPONG, ALIGNED),
     (with_(COOP, tile="128x128x64", warps="w1x2", cluster="c2x1"), Problem(4096, 4096, 4096, "nn")),
+    (with_(COOP, cluster="c1x2"), Problem(4096, 4096, 4096, "nn")),  # 128-column warpgroups
+    (with_(PINGPONG, cluster="c2x1"), Problem(4096, 4096, 4096, "nn")),
     (PINGPONG, Problem(17, 33, 65, "nn", "f16")),  # n % 8 != 0: the launch stores C directly
     (with_(PINGPONG, tile="128x256x64", stages="s3"), Problem(64, 64, 64, "nn", "f16")),
     (with_(COOP, tile="192x128x64", warps="w1x2", epilogue="tma"), ALIGNED),
@@ -91,7 +93,6 @@ def test_accepts(text, problem):
     ({"warp_spec": "pingpong", "tile": "256x128x64", "warps": "w1x1", "stages": "s3"},
      ALIGNED, "registers per thread"),
     ({"epilogue": "tma", "stages": "s5"}, ALIGNED, "shared memory"),
-    ({"cluster": "c1x2"}, Problem(4096, 4096, 4096, "nn"), "must own 64 columns"),
     ({}, Problem(1000, 4096, 333, "nt"), "use padop"),
     ({}, Problem(1000, 4095, 336, "nn"), "n % 8 == 0 for layout nn"),
 ])

@@ -51,13 +51,12 @@ Constraints:
   - schedule data_parallel, persistent or stream_k (stream_k: cluster c1x1);
     epilogue direct or tma (tma: split_k 1, and a
     warpgroup's N a multiple of 64); warp_spec pingpong needs warps w1x1;
-  - cluster cm x cn with cm * cn <= 4; with layout nn only where a warpgroup owns 64
-    columns of C. Measured (benchmarks/wgmma_cluster_nn.py, H100): with layout nn and a
-    warpgroup N above 64, one wgmma reads B's N-major swizzle atoms at the descriptor's
-    leading byte offset apart, and in every CTA of a cluster but rank 0 the atoms past the
-    first read garbage (B multicast or not, c1x2 and c2x1 alike); with 64 columns per
-    warpgroup (each wgmma one atom) every cluster computes right, as does every layout nt
-    program and every c1x1 one. Why the offset step fails off rank 0 is not known.
+  - cluster cm x cn with cm * cn <= 4. (Until 2026-11-25 layout nn with a warpgroup wider
+    than one 64-column atom was declined with clusters: off rank 0 the atoms past the first
+    read garbage. The cause: in a cluster, the shared address cvta gives a CTA carries its
+    rank in the high bits, and OR-ing it unmasked into a wgmma descriptor spilled into the
+    leading-byte-offset field, which only N-major B reads; the start address is now masked
+    to its 14 bits. benchmarks/wgmma_cluster_nn.py is the diagnostic.)
 """
 from __future__ import annotations
 

@@ -201,11 +201,6 @@ def reason(program: Program, problem: Problem | None) -> str | None:
     if g["b_slice_rows"] % 8 or g["b_slice_rows"] * c.cm != g["b_box_rows"]:
         return (f"cluster: cluster.cm {c.cm} cuts the {g['b_box_rows']}-row B box into slices that "
                 f"are not whole 8-row swizzle atoms")
-    if c.size > 1 and layout == Layout.NN and g["wg_n"] > SWIZZLE_HALFS:
-        return (f"cluster: with layout nn a clustered warpgroup must own {SWIZZLE_HALFS} "
-                f"columns (one N-major swizzle atom), not {g['wg_n']}: wider ones computed "
-                f"wrong results in every CTA but the cluster's first (see "
-                f"backends/cuda_wgmma/backend.py); raise warps.wn, or use c1x1")
     if program.stages < 2:
         return "stages: the TMA ring needs at least 2 stages"
     if program.schedule == Schedule.STREAM_K and c.size > 1:

@@ -69,13 +69,6 @@ STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800,
 
 
 
-def computes(text: str, layout: str) -> bool:
-    """Clusters with layout nn only where a warpgroup owns 64 columns (the backend's
-    Constraints): the legality rule decides."""
-    from ir import check
-    return check(parse(text), Problem(4096, 4096, 4096, layout, "f32")) is None
-
-
 def readable(text: str, shape, layout: str) -> bool:
     """Whether a program can compute this shape: padop always; predicate only with
     16-byte aligned operand rows (k % 8 == 0, and n % 8 == 0 for layout nn)."""
@@ -91,8 +84,7 @@ def kernels(request):
     target = pipeline.current_target()
     wanted = {item.callspec.params.get("text", PROGRAMS[0]) for item in request.session.items
               if hasattr(item, "callspec")} or set(PROGRAMS)
-    jobs = [(text, lay, acc) for text in PROGRAMS if text in wanted for lay, acc in KINDS
-            if computes(text, lay)]
+    jobs = [(text, lay, acc) for text in PROGRAMS if text in wanted for lay, acc in KINDS]
 
     def build(job):
         text, lay, acc = job
@@ -107,8 +99,6 @@ def kernels(request):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("text", PROGRAMS)
 def test_matches_fp32_reference(kernels, text, shape, layout, acc):
-    if not computes(text, layout):
-        pytest.skip("declined: layout nn with a cluster and a warpgroup wider than 64 columns")
     if not readable(text, shape, layout):
         pytest.skip("predicate program, unaligned rows (test_predicate_refuses_unaligned)")
     assert_matches_reference(kernels[(text, layout, acc)], *shape, layout, acc)
@@ -130,7 +120,7 @@ def test_exact_on_binary_inputs(kernels, text):
     """{0,1} inputs with k <= 2048: every partial sum is an integer fp16 holds exactly."""
     import torch
     m, n, k = 200, 136, 520
-    for layout in [lay for lay in ("nn", "nt") if computes(text, lay)]:
+    for layout in ("nn", "nt"):
         a = torch.randint(0, 2, (m, k), device="cuda").half()
         b = torch.randint(0, 2, (k, n), device="cuda").half()
         out = kernels[(text, layout, "f32")](a, b if layout == "nn" else b.t().contiguous())
