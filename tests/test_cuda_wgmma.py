@@ -242,8 +242,7 @@ def test_stream_k_source_shares_out_the_last_wave():
                    "red.release.gpu.global.add.s32", "ld.acquire.gpu.global.s32",
                    "cudaMemsetAsync(args.sk_flags", "kSkPlaces = kPingpong ? 1 : kConsumers",
                    "w.kt_end = a.sk_head;", "kStreamKMinShareOfWave = 4",
-                   "kStreamKMaxPartsPerSpare = 8", "kStreamKEvenPieces = 2",
-                   "if (a.sk_parts == 0) return next_even(a, cp, shared_from, w);"]:
+                   "kStreamKMaxPartsPerSpare = 8"]:
         assert needle in text, needle
     plain = lowered(PINGPONG, Problem(1000, 4096, 336, "nn", "f32"))
     assert "constexpr bool kStreamK = false;" in plain and "sk_publish" not in plain
