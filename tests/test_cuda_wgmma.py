@@ -235,6 +235,14 @@ def test_cooperative_build_has_hgmma_tma_and_no_spills(tmp_path):
             assert needle in sass, needle
 
 
+def test_descriptors_keep_the_start_address_in_its_field():
+    """In a cluster the shared address carries the CTA's rank above bit 17; unmasked it
+    spilled into B's leading-byte offset (layout nn, warpgroups wider than 64 columns)."""
+    text = lowered(with_(PINGPONG, cluster="c2x1"), Problem(4096, 4096, 4096, "nn", "f32"))
+    assert "return (addr >> 4) & 0x3FFFu;" in text
+    assert "kBDescHi | desc_start(b + k_b)" in text and ">> 4), desc_b" not in text
+
+
 def test_stream_k_source_shares_out_the_last_wave():
     text = lowered(with_(PINGPONG, schedule="streamk"), Problem(1000, 4096, 336, "nn", "f32"))
     for needle in ["constexpr bool kStreamK = true;", "constexpr bool kPersistent = true;",

@@ -67,8 +67,6 @@ STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800,
                  (PROGRAMS[18], (1900, 1400, 2048))]
 
 
-
-
 def readable(text: str, shape, layout: str) -> bool:
     """Whether a program can compute this shape: padop always; predicate only with
     16-byte aligned operand rows (k % 8 == 0, and n % 8 == 0 for layout nn)."""
