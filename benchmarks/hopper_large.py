@@ -8,6 +8,8 @@ sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3
         --rounds 20 --name hopper_large_h100_v6_confirm     # the winners alone, timed again
     python3 benchmarks/hopper_large.py --winners A.csv B.csv --top 3 --rounds 20 \
         --name shortlist    # each shape's best 3 alone; then --winners <shortlist>.csv
+    python3 benchmarks/hopper_large.py --winners A.csv B.csv --top 5 --also C.csv \
+        --rounds 20 --name shortlist  # and each shape's winner in C (an earlier confirmation)
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
 2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
@@ -64,13 +66,20 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=1,
                     help="with --winners: time each shape's best N programs (each alone), a "
                          "shortlist whose CSV a later --winners run picks from")
+    ap.add_argument("--also", type=Path, nargs="+", default=[],
+                    help="with --winners: results CSVs (earlier confirmations) whose best "
+                         "program per shape joins that shape's list, so a program the sweeps "
+                         "ranked low by chance is still timed")
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
     chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
     if args.top < 1 or (args.top > 1 and not args.winners):
         ap.error("--top takes a count of at least 1, and only with --winners")
+    if args.also and not args.winners:
+        ap.error("--also adds to the programs --winners picks; give --winners too")
     runs = [read_csv(path) for path in args.winners or []]
     winners = best_over_runs(runs, args.top) if runs else {}
+    add_earlier_winners(winners, [read_csv(path) for path in args.also])
     if winners:
         chosen = [s for s in chosen if s in winners] if args.shapes else list(winners)
     settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
@@ -108,6 +117,15 @@ def best_over_runs(runs: list[list], top: int = 1) -> dict[str, list[str]]:
                                                  program))
     return {shape: [program for _, program in sorted(rows, reverse=True)[:top]]
             for shape, rows in ranked.items()}
+
+
+def add_earlier_winners(winners: dict[str, list[str]], earlier: list[list]) -> None:
+    """Append to each shape's programs in `winners` the best program of each run in
+    `earlier` at that shape, where it is not there already."""
+    for results in earlier:
+        for shape, (program,) in best_over_runs([results]).items():
+            if shape in winners and program not in winners[shape]:
+                winners[shape].append(program)
 
 
 def summary(results) -> str:
