@@ -1,0 +1,71 @@
+"""Each program of a results CSV against another measured in the same run: the geomean over
+the shapes of the per-shape ratio of their cuBLAS speedups, with its range.
+
+    python3 benchmarks/twin_ratios.py benchmarks/results/hopper_clusters_h100_v12.csv --against twin
+    python3 benchmarks/twin_ratios.py benchmarks/results/hopper_wide_n_h100_v12.csv --against first
+
+`--against first`: the file's first program. `--against twin`: a clustered program against the
+c1x1 program of the same backend, tile and warp specialization (the first such in the file).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ir import parse  # noqa: E402
+from search.report import read_csv  # noqa: E402
+
+
+def twin_of(program: str, programs: list[str]) -> str | None:
+    """The first c1x1 program in `programs` with `program`'s backend, tile and warp spec."""
+    p = parse(program)
+    for other in programs:
+        q = parse(other)
+        if (q.cluster.size == 1 and (q.backend, q.tile, q.warp_spec) == (p.backend, p.tile, p.warp_spec)
+                and other != program):
+            return other
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", type=Path)
+    ap.add_argument("--against", choices=["first", "twin"], default="first")
+    ap.add_argument("--per-shape", action="store_true", help="each shape's ratio too")
+    args = ap.parse_args()
+    speedup: dict[tuple[str, str], float] = {}
+    programs: list[str] = []
+    for r in read_csv(args.csv):
+        if r.ok and r.speedup:
+            speedup[(f"{r.m}x{r.n}x{r.k}", r.program)] = r.speedup
+            if r.program not in programs:
+                programs.append(r.program)
+    if not programs:
+        print(f"no measured programs in {args.csv}", file=sys.stderr)
+        return 2
+    shapes = sorted({shape for shape, _ in speedup})
+    print(f"{'geomean':>8} {'min':>6} {'max':>6} {'shapes':>6}  program  (against)")
+    for program in programs:
+        ref = programs[0] if args.against == "first" else twin_of(program, programs)
+        if ref is None or ref == program:
+            continue
+        ratios = [speedup[(s, program)] / speedup[(s, ref)] for s in shapes
+                  if (s, program) in speedup and (s, ref) in speedup]
+        if ratios:
+            geo = math.exp(statistics.fmean(map(math.log, ratios)))
+            print(f"{geo:8.3f} {min(ratios):6.3f} {max(ratios):6.3f} {len(ratios):6d}  "
+                  f"{program}  ({ref})")
+            if args.per_shape:
+                for s in shapes:
+                    if (s, program) in speedup and (s, ref) in speedup:
+                        print(f"{'':>30}{s:>18} {speedup[(s, program)] / speedup[(s, ref)]:6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
