@@ -306,3 +306,107 @@ def test_backend_build_for_hopper_device(tmp_path):
         # library in the process: one library's tensor-map cache served another's launches.
         dynamic = subprocess.run(["nm", "-D", str(art.path)], capture_output=True, text=True).stdout
         assert not [line for line in dynamic.splitlines() if " u " in line]
+
+
+# Walks every CTA's even-share range on the host with the kernel's own functions (the emitted
+# file included, its launcher's plan for a grid given on the command line) and checks the
+# plan: every (tile, k-tile) computed once; a CTA stores at most one piece, its first; every
+# tile has one owner piece, which adds exactly the slots of the CTAs that stored its other
+# pieces. Prints the plan, then "ok" or what broke.
+EVEN_SHARES_CHECK = r"""
+#include "{cu}"
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+int main(int argc, char** argv) {{
+  const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), grid = atoi(argv[4]);
+  const gf::StreamK sk = gf::plan_stream_k(M, N, K, grid);
+  printf("groups %d by_%s tiles %d\n", sk.sk_groups, sk.sk_by_rows ? "rows" : "cols", sk.sk_tiles);
+  if (!sk.sk_groups) return 0;
+  gf::GemmArgs a{{}};
+  a.M = M; a.N = N; a.K = K;
+  a.tiles_m = (M + gf::kBM - 1) / gf::kBM;
+  a.tiles_n = (N + gf::kBN - 1) / gf::kBN;
+  a.k_tiles = (K + gf::kBK - 1) / gf::kBK;
+  a.units = a.tiles_m * a.tiles_n;
+  a.sk_tiles = sk.sk_tiles; a.sk_groups = sk.sk_groups;
+  a.sk_group_tiles = sk.sk_group_tiles; a.sk_by_rows = sk.sk_by_rows;
+  std::vector<int> covered((size_t)a.units * a.k_tiles, 0), owners(a.units, 0);
+  std::vector<std::set<int>> stored(a.units), added(a.units);
+  const int ctas = grid / a.sk_groups;
+  for (int cta = 0; cta < grid; ++cta) {{
+    gf::Unit w;
+    int at = gf::sk_even_begin(a, ctas, cta % ctas), piece = 0;
+    for (; gf::sk_even_piece(a, cta, grid, at, w); ++piece, at += w.kt_end - w.kt_begin) {{
+      if (w.kt_end <= w.kt_begin || w.m0 >= M || w.n0 >= N ||
+          w.tile != w.m0 / gf::kBM * a.tiles_n + w.n0 / gf::kBN) {{
+        printf("cta %d: bad piece tile %d [%d, %d)\n", cta, w.tile, w.kt_begin, w.kt_end);
+        return 1;
+      }}
+      for (int kt = w.kt_begin; kt < w.kt_end; ++kt) ++covered[(size_t)w.tile * a.k_tiles + kt];
+      if (w.kt_begin > 0) {{
+        if (piece > 0 || w.slice != cta) {{ printf("cta %d stores piece %d\n", cta, piece); return 1; }}
+        stored[w.tile].insert(cta);
+      }} else {{
+        ++owners[w.tile];
+        if (w.kt_end < a.k_tiles) {{
+          const gf::FixUps f = gf::sk_even_fixups(a, cta, grid, w);
+          for (int p = 0; p < f.count; ++p) added[w.tile].insert(f.first + p * f.step);
+        }}
+      }}
+    }}
+  }}
+  for (size_t i = 0; i < covered.size(); ++i)
+    if (covered[i] != 1) {{ printf("tile %zu k-tile %zu computed %d times\n", i / a.k_tiles, i % a.k_tiles, covered[i]); return 1; }}
+  for (int t = 0; t < a.units; ++t)
+    if (owners[t] != 1 || stored[t] != added[t]) {{ printf("tile %d: %d owners, slots differ\n", t, owners[t]); return 1; }}
+  printf("ok\n");
+  return 0;
+}}
+"""
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("tokens, shape, grid, plan", [
+    # one wave of 128 tiles on 132 CTAs: four columns of 128x256 tiles, 33 CTAs each
+    ({"tile": "128x256x64", "warps": "w2x1", "warp_spec": "coop"}, (4096, 1024, 16384), 132,
+     "groups 4 by_cols tiles 128"),
+    # 1.94 waves, ranges of ~496 k-tiles over three tiles; rows: A (32 MB) staggers, B shared
+    ({"tile": "256x128x64", "warps": "w2x1", "warp_spec": "coop"}, (1024, 8192, 16384), 132,
+     "groups 4 by_rows tiles 256"),
+    # a range shorter than a tile (96 tiles on 132 CTAs): tiles split three ways; ragged M
+    ({"tile": "128x256x64", "warps": "w2x1", "warp_spec": "coop"}, (12280, 256, 16384), 132,
+     "groups 1 by_cols tiles 96"),
+    ({}, (8192, 512, 16384), 132, "groups 4 by_cols tiles 256"),
+    # neither the 32 rows nor the 8 columns divide 132: heads and tails' rules (none here)
+    ({}, (4096, 1024, 16384), 132, "groups 0 by_cols tiles 0"),
+    ({}, (512, 8192, 16384), 132, "groups 4 by_rows tiles 256"),
+    # 4 columns divide 132, but B (40 MB) is too big to stay in L2 at staggered offsets
+    ({}, (4096, 512, 40960), 132, "groups 0"),
+    # the GPU tier's shapes (tests/gpu/test_cuda_wgmma_gpu.py STREAMK_CASES): even shares ...
+    ({}, (2000, 1496, 3000), 132, "groups 12 by_cols tiles 192"),
+    ({"tile": "128x256x64", "warps": "w2x1", "warp_spec": "coop"}, (1000, 2800, 2000), 132,
+     "groups 11 by_cols tiles 88"),
+    ({"tile": "64x128x64", "stages": "s4", "raster": "row/1", "warp_spec": "nows"},
+     (1900, 1400, 2048), 132, "groups 11 by_cols tiles 330"),
+    # ... and heads and tails (17 columns, 10 or 19 rows: 38 and 59 shared tiles)
+    ({}, (1200, 2104, 3000), 132, "groups 0 by_cols tiles 38"),
+    ({"tile": "64x128x64", "stages": "s4", "raster": "row/1", "warp_spec": "nows"},
+     (1200, 2104, 3000), 132, "groups 0 by_cols tiles 59"),
+])
+def test_even_shares_cover_every_k_tile_once(tmp_path, tokens, shape, grid, plan):
+    text = with_(PINGPONG, **{"schedule": "streamk", "raster": "row/8", "padding": "pred", **tokens})
+    cu = emit(Problem(*shape, "nn", "f32"), parse(text), tmp_path)
+    check = tmp_path / "even_check.cu"
+    check.write_text(EVEN_SHARES_CHECK.format(cu=cu.name))
+    exe = tmp_path / "even_check"
+    cmd = [nvcc.knobs().nvcc, *nvcc.BASE_FLAGS, *nvcc.gencode(Arch.SM90A), "-o", str(exe), str(check)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = subprocess.run([str(exe), *map(str, shape), str(grid)], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert out.startswith(plan), out
+    if not plan.startswith("groups 0"):
+        assert out.splitlines()[-1] == "ok", out

@@ -56,15 +56,21 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64
           (129, 255, 1000)]
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
-# Stream-K programs with shapes whose tiles they split on a 132-SM GPU (the launcher's
-# rules: the last wave at least a quarter full, a saving of at least 1 %, at most 8 parts per
-# spare CTA), ragged: 128x128
-# tiles: 192 tiles (60 split, each tail in one part), 176 (44 split, tails in 2 parts) and
-# 165 (33, in 3 parts); 128x256: fewer tiles than CTAs; 64x128: 352 and 330 tiles.
+# Stream-K programs with shapes whose tiles they split on a 132-SM GPU, ragged (the plans are
+# checked on the host: tests/test_cuda_wgmma.py::test_even_shares_cover_every_k_tile_once).
+# Even shares, where the grid divides the tile columns: 128x128 tiles in 12, 22 and 11
+# columns (192, 176, 165 tiles; 1024x512x16384: 8 tiles in 4 columns, each cut among ~4
+# CTAs), 128x256 in 6, 11 and 4 (96 and 88, fewer than CTAs; one wave of 128), 64x128 in 22
+# and 11 (352, 330).
+# Heads and tails, where neither rows nor columns divide it (10 or 19 rows, 17 columns):
+# 170 tiles (38 split), 90 (fewer than CTAs) and 323 (59 split).
 STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800, 2000)),
                  (PROGRAMS[16], (1900, 1400, 2048)), (PROGRAMS[17], (2000, 1496, 3000)),
                  (PROGRAMS[17], (1000, 2800, 2000)), (PROGRAMS[18], (1000, 2800, 2000)),
-                 (PROGRAMS[18], (1900, 1400, 2048))]
+                 (PROGRAMS[18], (1900, 1400, 2048)), (PROGRAMS[16], (1024, 512, 16384)),
+                 (PROGRAMS[17], (4096, 1024, 16384)),
+                 (PROGRAMS[16], (1200, 2104, 3000)), (PROGRAMS[17], (1200, 2104, 3000)),
+                 (PROGRAMS[18], (1200, 2104, 3000))]
 
 
 def readable(text: str, shape, layout: str) -> bool:
@@ -105,7 +111,7 @@ def test_matches_fp32_reference(kernels, text, shape, layout, acc):
 @pytest.mark.parametrize("layout, acc", KINDS)
 @pytest.mark.parametrize("text, shape", STREAMK_CASES,
                          ids=[f"{t.split()[2]}-{'x'.join(map(str, s))}" for t, s in STREAMK_CASES])
-def test_stream_k_heads_and_tails_add_up(kernels, text, shape, layout, acc):
+def test_stream_k_shared_tiles_add_up(kernels, text, shape, layout, acc):
     """Shapes the launcher does split (its workspace holds tail slots), every element right."""
     kernel = kernels[(text, layout, acc)]
     # rows 16-byte aligned: no padded operand copies, so any workspace is stream-K's
