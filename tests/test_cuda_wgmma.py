@@ -278,6 +278,9 @@ def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path, tokens, probl
         for needle in (hgmma, "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
             assert needle in sass, needle
         assert _descriptors_stay_uniform(sass)
+        if tokens.get("schedule") == "streamk":  # hinted loads, straight-line (no elect loop)
+            loads = [ln for ln in sass.splitlines() if "UTMALDG" in ln]
+            assert loads and all("desc[" in ln and "@" not in ln for ln in loads), loads
 
 
 def _descriptors_stay_uniform(sass: str, window: int = 6) -> bool:

@@ -11,18 +11,21 @@ unequal length, and in a cluster), the tma epilogue (C through shared memory and
 C that TMA can't write falls back to direct stores; one C box per consumer beside five
 stages), 192-row tiles, and stream-K (the tiles past the last whole wave split into a
 head for their owner and a tail in 1-3 parts for the spare CTAs: fewer tiles than CTAs,
-more, several parts per spare; shapes where the launcher shares nothing take the
-persistent path).
+more, several parts per spare; or every tile in even shares, where the grid divides the
+tile columns; shapes where the launcher shares nothing take the persistent path), whose
+L2 eviction-priority constants must be createpolicy's own values.
 
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -x
     python3 -m pytest -m gpu tests/gpu/test_cuda_wgmma_gpu.py -q -k c2x   # some programs only
 """
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from compiler import pipeline
+from compiler import nvcc, pipeline
 from compiler.emit import build_selftest, emit
 from ir import Problem, parse
 from tests.gpu.correctness import assert_matches_reference, operands
@@ -184,3 +187,39 @@ def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "PASS" in done.stdout
+
+
+POLICY_PROBE = r"""
+#include <cstdio>
+#include <cstdint>
+__global__ void probe(uint64_t* out) {
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(out[0]));
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(out[1]));
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(out[2]));
+}
+int main() {
+  uint64_t* d; uint64_t h[3];
+  cudaMalloc(&d, sizeof h);
+  probe<<<1, 1>>>(d);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  printf("Normal %llx\nFirst %llx\nLast %llx\n", (unsigned long long)h[0], (unsigned long long)h[1],
+         (unsigned long long)h[2]);
+  return cudaGetLastError() != cudaSuccess;
+}
+"""
+
+
+def test_l2_policy_constants_are_createpolicys(tmp_path):
+    """The stream-K loads carry L2 eviction priorities as constants (templates/ptx/tma.jinja);
+    they must be what createpolicy.fractional gives on this GPU."""
+    tma = Path(__file__).resolve().parents[2] / "backends/cuda_wgmma/templates/ptx/tma.jinja"
+    ours = {name: int(value, 16) for name, value in
+            re.findall(r"kL2Evict(\w+) = (0x[0-9A-Fa-f]+)ull", tma.read_text())}
+    assert set(ours) == {"Normal", "First", "Last"}
+    src = tmp_path / "probe.cu"
+    src.write_text(POLICY_PROBE)
+    nvcc.compile_cuda(src, tmp_path / "probe", ["-arch=sm_90a"], shared=False)
+    out = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = {name: int(value, 16) for name, value in re.findall(r"(\w+) ([0-9a-f]+)", out.stdout)}
+    assert got == ours, (out.stdout, ours)
