@@ -1,5 +1,8 @@
 """A table from a log of benchmarks/ncu_tensor_pipe.sh: per shape, cuBLAS's and our kernel's
-tensor-pipe activity, SM clock, DRAM bytes (read + write) and time, one launch each.
+tensor-pipe activity, SM clock, DRAM bytes (read + write) and time, one launch each; and
+where the log holds the L2 request coalescer's counters (NCU_EXTRA, see
+benchmarks/programs/ncu_v14_winners.txt), the share of the read sectors the SMs requested
+that it merged with another SM's request for the same sector, and the sectors L2 then read.
 
     python3 benchmarks/ncu_summary.py benchmarks/logs/ncu_v9_winners_h100.log
 """
@@ -11,7 +14,10 @@ import sys
 from pathlib import Path
 
 FIELDS = {"pipe": "pipe_tensor", "hz": "sm__cycles_elapsed", "ns": "gpu__time_duration",
-          "read": "dram__bytes_read", "write": "dram__bytes_write", "l2hit": "lts__t_sector_hit"}
+          "read": "dram__bytes_read", "write": "dram__bytes_write", "l2hit": "lts__t_sector_hit",
+          "asked": "lrc__request_sectors_op_read_coalescable",
+          "merged": "lrc__request_sectors_op_read_coalescing_achieved_type_hardware",
+          "l2read": "lrc__lts2lrc_sectors_op_read"}
 HEADER = re.compile(r"^== (\S+) (cublas|gemmforge) \(rc (\d+)\)\s*(.*)$")
 METRIC = re.compile(r"^\s+(\S+) = ([\d,.]+)")
 
@@ -31,8 +37,10 @@ def parse_log(text: str) -> list[dict]:
 
 def table(runs: list[dict]) -> str:
     """Markdown rows pairing each shape's cuBLAS run with the gemmforge run after it."""
-    rows = ["| shape | program | tensor pipe % cuBLAS / ours | SM GHz | DRAM GB | µs |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    lrc = any("merged" in r for r in runs)
+    rows = ["| shape | program | tensor pipe % cuBLAS / ours | SM GHz | DRAM GB | µs |"
+            + (" reads merged % | L2 read G sectors |" if lrc else ""),
+            "| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if lrc else "")]
     cublas: dict[str, dict] = {}
     for r in runs:
         if r["who"] == "cublas":
@@ -44,9 +52,14 @@ def table(runs: list[dict]) -> str:
             continue
         gb = [(x.get("read", 0) + x.get("write", 0)) / 1e9 for x in (c, r)]
         program = " ".join(r["program"].split()[:3] + r["program"].split()[-3:])
-        rows.append(f"| {r['shape']} | {program} | {c['pipe']:.1f} / {r['pipe']:.1f} | "
-                    f"{c['hz'] / 1e9:.3f} / {r['hz'] / 1e9:.3f} | {gb[0]:.2f} / {gb[1]:.2f} | "
-                    f"{c['ns'] / 1e3:.0f} / {r['ns'] / 1e3:.0f} |")
+        row = (f"| {r['shape']} | {program} | {c['pipe']:.1f} / {r['pipe']:.1f} | "
+               f"{c['hz'] / 1e9:.3f} / {r['hz'] / 1e9:.3f} | {gb[0]:.2f} / {gb[1]:.2f} | "
+               f"{c['ns'] / 1e3:.0f} / {r['ns'] / 1e3:.0f} |")
+        if lrc:
+            merged = [f"{100 * x['merged'] / x['asked']:.0f}" if x.get("asked") else "-" for x in (c, r)]
+            l2 = [f"{x['l2read'] / 1e9:.3f}" if "l2read" in x else "-" for x in (c, r)]
+            row += f" {merged[0]} / {merged[1]} | {l2[0]} / {l2[1]} |"
+        rows.append(row)
     return "\n".join(rows)
 
 
