@@ -41,3 +41,23 @@ def test_missing_log_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["ncu_summary.py", str(tmp_path / "none.log")])
     assert ncu_summary.main() == 2
     assert "no such log" in capsys.readouterr().err
+
+
+def test_coalescer_columns_where_the_log_has_its_counters():
+    lrc = {"cublas": ("33,554,432", "12,053,024", "21,508,442"),
+           "gemmforge": ("50,331,648", "21,906,160", "28,433,060")}
+    lines = []
+    for block in LOG.split("== ")[1:3]:
+        who = block.split()[1]
+        asked, merged, l2 = lrc[who]
+        lines += ["== " + block.rstrip("\n"),
+                  f"  lrc__request_sectors_op_read_coalescable.sum = {asked}",
+                  f"  lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum = {merged}",
+                  f"  lrc__lts2lrc_sectors_op_read.sum = {l2}"]
+    runs = ncu_summary.parse_log("\n".join(lines))
+    assert runs[1]["merged"] == 21906160 and runs[0]["asked"] == 33554432
+    rows = ncu_summary.table(runs).splitlines()
+    assert rows[0].endswith("| reads merged % | L2 read G sectors |")
+    assert rows[2].endswith("| 346 / 353 | 36 / 44 | 0.022 / 0.028 |")
+    plain = ncu_summary.table(ncu_summary.parse_log(LOG)).splitlines()
+    assert "merged" not in plain[0]  # logs without those counters keep the old table
