@@ -56,7 +56,8 @@ def table(runs: list[dict]) -> str:
                f"{c['hz'] / 1e9:.3f} / {r['hz'] / 1e9:.3f} | {gb[0]:.2f} / {gb[1]:.2f} | "
                f"{c['ns'] / 1e3:.0f} / {r['ns'] / 1e3:.0f} |")
         if lrc:
-            merged = [f"{100 * x['merged'] / x['asked']:.0f}" if x.get("asked") else "-" for x in (c, r)]
+            merged = [f"{100 * x['merged'] / x['asked']:.0f}" if x.get("asked") else "-"
+                      for x in (c, r)]
             l2 = [f"{x['l2read'] / 1e9:.3f}" if "l2read" in x else "-" for x in (c, r)]
             row += f" {merged[0]} / {merged[1]} | {l2[0]} / {l2[1]} |"
         rows.append(row)

@@ -52,7 +52,8 @@ def test_coalescer_columns_where_the_log_has_its_counters():
         asked, merged, l2 = lrc[who]
         lines += ["== " + block.rstrip("\n"),
                   f"  lrc__request_sectors_op_read_coalescable.sum = {asked}",
-                  f"  lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum = {merged}",
+                  "  lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum = "
+                  + merged,
                   f"  lrc__lts2lrc_sectors_op_read.sum = {l2}"]
     runs = ncu_summary.parse_log("\n".join(lines))
     assert runs[1]["merged"] == 21906160 and runs[0]["asked"] == 33554432
