@@ -4,8 +4,9 @@ the shapes of the per-shape ratio of their cuBLAS speedups, with its range.
     python3 benchmarks/twin_ratios.py benchmarks/results/hopper_clusters_h100_v12.csv --against twin
     python3 benchmarks/twin_ratios.py benchmarks/results/hopper_wide_n_h100_v12.csv --against first
 
-`--against first`: the file's first program. `--against twin`: a clustered program against the
-c1x1 program of the same backend, tile and warp specialization (the first such in the file).
+`--against first`: the file's first program. `--against twin`: the first other c1x1 program in
+the file with the same backend, tile and warp specialization -- a clustered program's c1x1
+twin, or a stream-K program's persistent one (list the twin first).
 """
 from __future__ import annotations
 
@@ -54,16 +55,15 @@ def main() -> int:
         ref = programs[0] if args.against == "first" else twin_of(program, programs)
         if ref is None or ref == program:
             continue
-        ratios = [speedup[(s, program)] / speedup[(s, ref)] for s in shapes
-                  if (s, program) in speedup and (s, ref) in speedup]
+        ratios = {s: speedup[(s, program)] / speedup[(s, ref)] for s in shapes
+                  if (s, program) in speedup and (s, ref) in speedup}
         if ratios:
-            geo = math.exp(statistics.fmean(map(math.log, ratios)))
-            print(f"{geo:8.3f} {min(ratios):6.3f} {max(ratios):6.3f} {len(ratios):6d}  "
-                  f"{program}  ({ref})")
+            geo = math.exp(statistics.fmean(map(math.log, ratios.values())))
+            print(f"{geo:8.3f} {min(ratios.values()):6.3f} {max(ratios.values()):6.3f} "
+                  f"{len(ratios):6d}  {program}  ({ref})")
             if args.per_shape:
-                for s in shapes:
-                    if (s, program) in speedup and (s, ref) in speedup:
-                        print(f"{'':>30}{s:>18} {speedup[(s, program)] / speedup[(s, ref)]:6.3f}")
+                for s, ratio in ratios.items():
+                    print(f"{'':>30}{s:>18} {ratio:6.3f}")
     return 0
 
 
