@@ -27,8 +27,8 @@ def twin_of(program: str, programs: list[str]) -> str | None:
     p = parse(program)
     for other in programs:
         q = parse(other)
-        if (q.cluster.size == 1 and (q.backend, q.tile, q.warp_spec) == (p.backend, p.tile, p.warp_spec)
-                and other != program):
+        same = (q.backend, q.tile, q.warp_spec) == (p.backend, p.tile, p.warp_spec)
+        if q.cluster.size == 1 and same and other != program:
             return other
     return None
 

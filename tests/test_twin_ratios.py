@@ -15,7 +15,8 @@ PERSISTENT = STREAMK.replace(" streamk ", " persistent ")
 
 
 def speedups(program: str) -> dict[str, float]:
-    return {f"{r['m']}x{r['n']}x{r['k']}": float(r["speedup"]) for r in csv.DictReader(RESULTS.open())
+    rows = csv.DictReader(RESULTS.open())
+    return {f"{r['m']}x{r['n']}x{r['k']}": float(r["speedup"]) for r in rows
             if r["program"] == program and r["status"] == "ok"}
 
 
