@@ -3,10 +3,14 @@ the shapes of the per-shape ratio of their cuBLAS speedups, with its range.
 
     python3 benchmarks/twin_ratios.py benchmarks/results/hopper_clusters_h100_v12.csv --against twin
     python3 benchmarks/twin_ratios.py benchmarks/results/hopper_wide_n_h100_v12.csv --against first
+    python3 benchmarks/twin_ratios.py benchmarks/results/bk128_probe_h100_v16.csv \
+        --pairs benchmarks/programs/bk128_probe_v16.txt
 
 `--against first`: the file's first program. `--against twin`: the first other c1x1 program in
 the file with the same backend, tile and warp specialization -- a clustered program's c1x1
-twin, or a stream-K program's persistent one (list the twin first).
+twin, or a stream-K program's persistent one (list the twin first). `--pairs FILE`: the
+programs of a program list file taken two at a time, the second of each pair against the
+first (a probe that lists each variant after the program it changes).
 """
 from __future__ import annotations
 
@@ -33,10 +37,21 @@ def twin_of(program: str, programs: list[str]) -> str | None:
     return None
 
 
+def listed_pairs(path: Path) -> dict[str, str]:
+    """Each second program of `path` (one program text per line, # comments) -> the one
+    before it; an odd count is an error."""
+    texts = [t.strip() for t in path.read_text().splitlines() if t.strip() and t[0] != "#"]
+    if len(texts) % 2:
+        raise ValueError(f"{path}: {len(texts)} programs, not pairs")
+    return {str(parse(texts[i + 1])): str(parse(texts[i])) for i in range(0, len(texts), 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", type=Path)
     ap.add_argument("--against", choices=["first", "twin"], default="first")
+    ap.add_argument("--pairs", type=Path, help="program list: each second program against "
+                    "the one before it (overrides --against)")
     ap.add_argument("--per-shape", action="store_true", help="each shape's ratio too")
     args = ap.parse_args()
     speedup: dict[tuple[str, str], float] = {}
@@ -50,9 +65,17 @@ def main() -> int:
         print(f"no measured programs in {args.csv}", file=sys.stderr)
         return 2
     shapes = sorted({shape for shape, _ in speedup})
+    try:
+        pairs = listed_pairs(args.pairs) if args.pairs else None
+    except (OSError, ValueError) as e:
+        print(f"--pairs: {e}", file=sys.stderr)
+        return 2
     print(f"{'geomean':>8} {'min':>6} {'max':>6} {'shapes':>6}  program  (against)")
     for program in programs:
-        ref = programs[0] if args.against == "first" else twin_of(program, programs)
+        if pairs is not None:
+            ref = pairs.get(program)
+        else:
+            ref = programs[0] if args.against == "first" else twin_of(program, programs)
         if ref is None or ref == program:
             continue
         ratios = {s: speedup[(s, program)] / speedup[(s, ref)] for s in shapes

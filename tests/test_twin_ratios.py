@@ -52,3 +52,21 @@ def test_a_csv_with_nothing_measured_is_a_clear_error(tmp_path, monkeypatch, cap
     monkeypatch.setattr("sys.argv", ["twin_ratios.py", str(empty)])
     assert twin_ratios.main() == 2
     assert "no measured programs" in capsys.readouterr().err
+
+
+def test_pairs_put_each_second_program_against_the_one_before(tmp_path, monkeypatch, capsys):
+    listed = tmp_path / "pairs.txt"
+    listed.write_text(f"# a probe\n{PERSISTENT}\n{STREAMK}\n")
+    mine, twin = speedups(STREAMK), speedups(PERSISTENT)
+    geo = math.exp(sum(math.log(mine[s] / twin[s]) for s in mine) / len(mine))
+    out = run(monkeypatch, capsys, "--pairs", str(listed))
+    assert len(out) == 2 and out[1].endswith(f"{STREAMK}  ({PERSISTENT})")
+    assert out[1].split()[0] == f"{geo:.3f}"
+
+
+def test_pairs_with_an_odd_count_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    listed = tmp_path / "odd.txt"
+    listed.write_text(f"{PERSISTENT}\n{STREAMK}\n{PERSISTENT}\n")
+    monkeypatch.setattr("sys.argv", ["twin_ratios.py", str(RESULTS), "--pairs", str(listed)])
+    assert twin_ratios.main() == 2
+    assert "3 programs, not pairs" in capsys.readouterr().err
