@@ -38,6 +38,7 @@ TIME = re.compile(r"(\d+)x(\d+)x(\d+) rel_err=(\S+) .*time=([\d.]+) us")
 
 
 def build(out: Path, commits: list[str], programs: list[str]) -> int:
+    out = out.resolve()  # nvcc runs in each commit's worktree, not here
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for commit in commits:

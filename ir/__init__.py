@@ -1,6 +1,6 @@
 """The gemmforge IR: Problem and Program values, their text and JSON forms, and verify."""
 from ir.program import (
-    Accum, Arch, Cluster, Epilogue, IRError, Layout, Padding, Problem, Program, Raster,
+    Accum, Arch, Cluster, Epilogue, IRError, L2Hint, Layout, Padding, Problem, Program, Raster,
     RasterOrder, Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
 from ir.schema import from_json, program_schema, to_json
@@ -8,7 +8,7 @@ from ir.text import parse, parse_problem, to_text
 from ir.verify import VerifyError, check, verify
 
 __all__ = [
-    "Accum", "Arch", "Cluster", "Epilogue", "IRError", "Layout", "Padding", "Problem",
+    "Accum", "Arch", "Cluster", "Epilogue", "IRError", "L2Hint", "Layout", "Padding", "Problem",
     "Program", "Raster", "RasterOrder", "Reduction", "Schedule", "SplitK", "Swizzle", "Tile",
     "WarpSpec", "Warps", "VerifyError", "check", "from_json", "parse", "parse_problem",
     "program_schema", "to_json", "to_text", "verify",

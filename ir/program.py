@@ -106,6 +106,15 @@ class Epilogue(_TextEnum):
     TMA = "tma"
 
 
+class L2Hint(_TextEnum):
+    """L2 priority of the operand loads. `stream_first`: the operand the raster streams (B
+    for row rasters, A for column rasters: each panel read by one wave, then not until the
+    raster comes round again) is loaded with evict_first, so the other operand's panels,
+    which every wave of a raster group reads again, stay in L2."""
+    NONE = "none"
+    STREAM_FIRST = "stream_first"
+
+
 def _check_int(value, name: str, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise IRError(f"{name}: expected an integer, got {value!r}")
@@ -233,7 +242,7 @@ _BACKEND_NAME = re.compile(r"^[a-z][a-z0-9_]{1,31}$")
 # (field name, coercer) for the enum-valued fields of Program.
 _ENUM_FIELDS = {
     "arch": Arch, "swizzle": Swizzle, "padding": Padding, "schedule": Schedule,
-    "warp_spec": WarpSpec, "epilogue": Epilogue,
+    "warp_spec": WarpSpec, "epilogue": Epilogue, "l2_hint": L2Hint,
 }
 
 
@@ -257,6 +266,7 @@ class Program:
     cluster: Cluster = field(default_factory=Cluster)
     warp_spec: WarpSpec = WarpSpec.NONE
     epilogue: Epilogue = Epilogue.DIRECT
+    l2_hint: L2Hint = L2Hint.NONE
 
     def __post_init__(self):
         if not isinstance(self.backend, str) or not _BACKEND_NAME.match(self.backend):

@@ -14,7 +14,7 @@ from pathlib import Path
 from ir.program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
     TILE_LIMITS,
-    Arch, Cluster, Epilogue, IRError, Padding, Program, Raster, RasterOrder, Reduction,
+    Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder, Reduction,
     Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
 
@@ -39,6 +39,7 @@ def to_json(p: Program) -> dict:
         "cluster": {"cm": p.cluster.cm, "cn": p.cluster.cn},
         "warp_spec": p.warp_spec.value,
         "epilogue": p.epilogue.value,
+        "l2_hint": p.l2_hint.value,
     }
 
 
@@ -65,6 +66,7 @@ def from_json(obj) -> Program:
         cluster=Cluster(**obj["cluster"]),
         warp_spec=WarpSpec(obj["warp_spec"]),
         epilogue=Epilogue(obj["epilogue"]),
+        l2_hint=L2Hint(obj.get("l2_hint", L2Hint.NONE.value)),
     )
 
 
@@ -86,8 +88,9 @@ def _pow2s(lo: int, hi: int) -> list[int]:
     return [1 << i for i in range(lo.bit_length() - 1, hi.bit_length()) if lo <= 1 << i <= hi]
 
 
-def _obj(props: dict) -> dict:
-    return {"type": "object", "properties": props, "required": list(props),
+def _obj(props: dict, optional: tuple[str, ...] = ()) -> dict:
+    return {"type": "object", "properties": props,
+            "required": [name for name in props if name not in optional],
             "additionalProperties": False}
 
 
@@ -131,7 +134,8 @@ def program_schema(backends: list[str] | None = None) -> dict:
                              "cn": {"enum": _pow2s(1, MAX_CLUSTER)}}),
             "warp_spec": _enum(WarpSpec),
             "epilogue": _enum(Epilogue),
-        }),
+            "l2_hint": _enum(L2Hint),  # added after version 1's other fields: optional
+        }, optional=("l2_hint",)),
     }
     return schema
 

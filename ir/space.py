@@ -45,7 +45,7 @@ budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
 KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages", "swizzle",
          "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
-         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue")
+         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint")
 """Every knob, in the order a program's knobs are sampled (a condition precedes what it
 governs: schedule, then split_k.slices, then split_k.reduction)."""
 

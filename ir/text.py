@@ -8,6 +8,8 @@ Thirteen space-separated tokens, one per Program field, in field order:
     {pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong}
     {direct,smem,tma}
 
+and a fourteenth, `l2first`, where l2_hint is stream_first (the field came later than
+the others; at its default it is left out, so every earlier text keeps its meaning).
 `kS` reduces split-K slices through a workspace, `kSa` with atomics. Every
 Program has exactly one text form and `parse(to_text(p)) == p`. Logs, the tuned
 database, regression files and the LLM policy all use this form.
@@ -17,8 +19,8 @@ from __future__ import annotations
 import re
 
 from ir.program import (
-    Arch, Cluster, Epilogue, IRError, Padding, Program, Raster, RasterOrder, Reduction,
-    Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
+    Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder,
+    Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
 
 _SWIZZLE = {Swizzle.NONE: "swnone", Swizzle.B32: "sw32", Swizzle.B64: "sw64",
@@ -28,6 +30,7 @@ _SCHEDULE = {Schedule.DATA_PARALLEL: "dp", Schedule.PERSISTENT: "persistent",
              Schedule.STREAM_K: "streamk"}
 _WARP_SPEC = {WarpSpec.NONE: "nows", WarpSpec.COOPERATIVE: "coop",
               WarpSpec.PINGPONG: "pingpong"}
+_L2_HINT = {L2Hint.NONE: "", L2Hint.STREAM_FIRST: "l2first"}  # the optional 14th token
 
 
 def _invert(table: dict) -> dict:
@@ -48,22 +51,25 @@ _FIELD_TEXT = {
     "cluster": lambda c: f"c{c.cm}x{c.cn}",
     "warp_spec": _WARP_SPEC.__getitem__,
     "epilogue": lambda e: e.value,
+    "l2_hint": _L2_HINT.__getitem__,
 }
 
 
 def field_text(name: str, value) -> str:
-    """The text token of one Program field's value (as it appears in the text form)."""
-    return _FIELD_TEXT[name](value)
+    """The text token of one Program field's value (as it appears in the text form; a
+    field left out at its default, l2_hint, is named by its value)."""
+    return _FIELD_TEXT[name](value) or str(value)
 
 
 def to_text(p: Program) -> str:
-    """The canonical text form of `p` (one line, 13 tokens)."""
-    return " ".join(fn(getattr(p, name)) for name, fn in _FIELD_TEXT.items())
+    """The canonical text form of `p` (one line, 13 tokens, 14 with an l2_hint)."""
+    tokens = (fn(getattr(p, name)) for name, fn in _FIELD_TEXT.items())
+    return " ".join(t for t in tokens if t)
 
 
 _FORM = ("backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP "
          "{pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong} "
-         "{direct,smem,tma}")
+         "{direct,smem,tma} [l2first]")
 
 
 def _match(pattern: str, token: str, what: str, allowed: str) -> tuple[int, ...]:
@@ -85,10 +91,13 @@ def parse(text: str) -> Program:
     if not isinstance(text, str):
         raise IRError(f"program text: expected a string, got {type(text).__name__}")
     tokens = text.split()
-    if len(tokens) != 13:
-        raise IRError(f"program text: expected 13 tokens ({_FORM}), got {len(tokens)}")
+    if len(tokens) not in (13, 14):
+        raise IRError(f"program text: expected 13 tokens, or 14 with l2first ({_FORM}), "
+                      f"got {len(tokens)}")
     (backend, arch, tile, warps, stages, swizzle, raster, padding, split, schedule,
-     cluster, warp_spec, epilogue) = tokens
+     cluster, warp_spec, epilogue) = tokens[:13]
+    l2_hint = _lookup({L2Hint.STREAM_FIRST: "l2first"}, tokens[13], "l2_hint") \
+        if len(tokens) == 14 else L2Hint.NONE
     bm, bn, bk = _match(r"(\d+)x(\d+)x(\d+)", tile, "tile", "BMxBNxBK")
     wm, wn = _match(r"w(\d+)x(\d+)", warps, "warps", "wWMxWN")
     (n_stages,) = _match(r"s(\d+)", stages, "stages", "sN")
@@ -114,6 +123,7 @@ def parse(text: str) -> Program:
         cluster=Cluster(cm, cn),
         warp_spec=_lookup(_WARP_SPEC, warp_spec, "warp_spec"),
         epilogue=Epilogue.parse(epilogue, "epilogue"),
+        l2_hint=l2_hint,
     )
 
 

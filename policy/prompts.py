@@ -55,7 +55,7 @@ _ARCH_NOTES = {
 
 _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMxBNxBK "
                 "wWMxWN sSTAGES swizzle raster/GROUP padding kSPLIT[a=atomic] schedule "
-                "cCMxCN warp_spec epilogue.")
+                "cCMxCN warp_spec epilogue [l2first = l2_hint stream_first].")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from hypothesis import strategies as st
 
 from ir.program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_LIMITS,
-    Arch, Cluster, Epilogue, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
+    Arch, Cluster, Epilogue, L2Hint, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
     SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
 
@@ -39,4 +39,5 @@ def programs(backends=("cuda_simt", "cuda_wmma", "cuda_mma", "cuda_wgmma", "trit
         cluster=st.builds(Cluster, pow2(1, MAX_CLUSTER), pow2(1, MAX_CLUSTER)),
         warp_spec=st.sampled_from(list(WarpSpec)),
         epilogue=st.sampled_from(list(Epilogue)),
+        l2_hint=st.sampled_from(list(L2Hint)),
     )

@@ -148,6 +148,34 @@ def test_tma_epilogue_and_pingpong_source():
     assert "tma_c" not in direct and "bulk_group" not in direct and "kEpiBytes = 0;" in direct
 
 
+@pytest.mark.parametrize("raster, streamed", [("row/4", "B"), ("col/4", "A")])
+def test_l2_hint_marks_the_operand_the_raster_streams(raster, streamed):
+    """l2first: the hinted TMA load (a constant evict_first policy) takes the operand each
+    wave reads once -- B under a row raster, A under a column raster; without it, none."""
+    hinted = lowered(with_(PINGPONG, raster=raster) + " l2first", ALIGNED)
+    assert "constexpr bool kL2StreamFirst = true;" in hinted
+    assert ".L2::cache_hint" in hinted and "0x12F0000000000000ull" in hinted
+    loads = re.findall(r"load_box\(r\.(\w)_stage\(s\)[^;]*?, (!?kRasterCol)\);", hinted)
+    assert sorted(loads) == [("a", "kRasterCol"), ("b", "!kRasterCol"), ("b", "!kRasterCol")]
+    raster_col = raster.startswith("col")
+    assert f"constexpr bool kRasterCol = {str(raster_col).lower()};" in hinted
+    marked = {op.upper() for op, flag in loads if (flag == "kRasterCol") == raster_col}
+    assert marked == {streamed}
+    assert "constexpr bool kL2StreamFirst = false;" in lowered(PINGPONG, ALIGNED)
+
+
+def test_l2_hint_is_declined_with_a_cluster_and_elsewhere():
+    reason = check(parse(with_(CLUSTER, padding="pred", split_k="k1") + " l2first"), ALIGNED)
+    assert reason.startswith("l2_hint:") and "c1x1" in reason
+    for other in ("cute_cpp sm_90a 256x128x64 w1x2 s4 swnone row/8 pred k1 persistent c1x1 "
+                  "coop tma l2first",
+                  "cuda_mma sm_90a 128x128x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows "
+                  "direct l2first"):
+        assert "ignores this field" in check(parse(other))
+    sm80 = "cuda_mma sm_80 128x128x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct l2first"
+    assert check(parse(sm80)).startswith("l2_hint: TMA loads with L2 cache hints need sm_90a")
+
+
 def test_tma_epilogue_counts_its_boxes_in_shared_memory():
     be = backend()
     ring = be.smem_bytes(parse(COOP))
@@ -278,6 +306,26 @@ def test_pingpong_tma_build_has_tma_stores_and_no_spills(tmp_path, tokens, probl
         for needle in (hgmma, "UTMASTG.2D", "UTMALDG.2D", "USETMAXREG"):
             assert needle in sass, needle
         assert _descriptors_stay_uniform(sass)
+
+
+@pytest.mark.nvcc
+def test_l2_hint_build_keeps_its_loads_straight_line(tmp_path):
+    """The hinted loads carry the policy as a uniform operand (desc[UR..]); a policy in a
+    vector register would put every load in an elect loop (tenth session: 12 % slower)."""
+    sass = {}
+    for hint in ("", " l2first"):
+        out = tmp_path / f"build{hint.strip()}"
+        out.mkdir()
+        cu = emit(ALIGNED, parse(with_(PINGPONG, stages="s6", padding="pred") + hint), out)
+        report = _ptxas_report(cu, out / "selftest")
+        assert "0 bytes spill stores" in report[report.index("gf_cuda_wgmma"):]
+        sass[hint] = nvcc.disassemble(out / "selftest") if nvcc.cuobjdump() else ""
+    if nvcc.cuobjdump():
+        loads = re.findall(r"UTMALDG\.2D[^;]*", sass[" l2first"])
+        hinted = [ld for ld in loads if "desc[UR" in ld]
+        assert hinted and len(hinted) < len(loads)  # A (col raster: streamed) hinted, B not
+        assert not any("desc[UR" in ld for ld in re.findall(r"UTMALDG\.2D[^;]*", sass[""]))
+        assert sass[" l2first"].count("ELECT") == sass[""].count("ELECT")
 
 
 def _descriptors_stay_uniform(sass: str, window: int = 6) -> bool:

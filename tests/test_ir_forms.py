@@ -21,7 +21,7 @@ def test_text_round_trip(p):
     text = to_text(p)
     assert parse(text) == p
     assert to_text(parse(text)) == text
-    assert len(text.split()) == 13
+    assert len(text.split()) == (13 if p.l2_hint.value == "none" else 14)
 
 
 @given(programs())
@@ -67,6 +67,8 @@ def test_key_and_name_follow_content():
     (EXAMPLE.replace("k4a", "k17"), "split_k.slices: 17 is outside 1..16"),
     (EXAMPLE.replace("row/8", "diag/8"), "raster: 'diag/8' is not of the form"),
     (EXAMPLE.replace("cuda_mma", "CUDA!"), "backend: 'CUDA!' is not a backend name"),
+    (EXAMPLE + " l2last", "l2_hint: 'l2last' is not one of l2first"),
+    (EXAMPLE + " l2first x", "expected 13 tokens, or 14 with l2first"),
 ])
 def test_text_errors_name_the_field(text, message):
     with pytest.raises(IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -84,6 +86,22 @@ def test_text_errors_name_the_field(text, message):
 def test_json_errors_name_the_field(obj, message):
     with pytest.raises(IRError, match=message):
         from_json(obj)
+
+
+def test_l2_hint_is_a_fourteenth_token_only_when_set():
+    """The field came after the others: texts and JSON written before it still parse, to
+    the default; set, it is the one extra token (and a JSON property)."""
+    plain = parse(EXAMPLE)
+    assert plain.l2_hint.value == "none" and to_text(plain) == EXAMPLE
+    hinted = parse(EXAMPLE + " l2first")
+    assert hinted.l2_hint.value == "stream_first" and to_text(hinted) == EXAMPLE + " l2first"
+    assert hinted != plain and hinted.key != plain.key
+    old = to_json(plain)
+    del old["l2_hint"]
+    assert from_json(old) == plain
+    assert from_json(to_json(hinted)) == hinted
+    with pytest.raises(IRError, match="l2_hint"):
+        from_json({**old, "l2_hint": "evict_last"})
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -51,6 +51,8 @@ Constraints:
   - schedule data_parallel, persistent or stream_k (stream_k: cluster c1x1);
     epilogue direct or tma (tma: split_k 1, and a
     warpgroup's N a multiple of 64); warp_spec pingpong needs warps w1x1;
+  - l2_hint stream_first: cluster c1x1 (the streamed operand's loads carry the hint; a
+    multicast load does not take one here);
   - cluster cm x cn with cm * cn <= 4. (Until 2026-11-25 layout nn with a warpgroup wider
     than one 64-column atom was declined with clusters: off rank 0 the atoms past the first
     read garbage. The cause: in a cluster, the shared address cvta gives a CTA carries its
@@ -70,7 +72,9 @@ from backends.cuda_wgmma.context import (
 )
 from backends.templating import fingerprint, render
 from compiler import nvcc
-from ir.program import Arch, Epilogue, Layout, Padding, Problem, Program, Schedule, WarpSpec
+from ir.program import (
+    Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program, Schedule, WarpSpec,
+)
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -97,6 +101,7 @@ class CudaWgmma(CudaBackend):
         "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT, Schedule.STREAM_K}),
         "warp_spec": frozenset(WarpSpec),
         "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
+        "l2_hint": frozenset(L2Hint),
     }
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 
 from ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
 from ir.program import (
-    Accum, Arch, Epilogue, Layout, Padding, Problem, Program, RasterOrder, Reduction, Schedule,
-    Swizzle, WarpSpec,
+    Accum, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program, RasterOrder, Reduction,
+    Schedule, Swizzle, WarpSpec,
 )
 
 WGMMA_M, WGMMA_K, WGMMA_N_MAX, WGMMA_N_STEP = 64, 16, 256, 8
@@ -107,6 +107,7 @@ class WgmmaContext:
     stream_k: bool           # the tiles past the last whole wave are shared out by k-tiles
     raster_col: bool
     raster_group: int
+    l2_stream_first: bool    # the raster's streamed operand (B for rows, A for columns) evict_first
     split_k: int
     atomic_reduce: bool
     predicate: bool
@@ -203,6 +204,9 @@ def reason(program: Program, problem: Problem | None) -> str | None:
                 f"are not whole 8-row swizzle atoms")
     if program.stages < 2:
         return "stages: the TMA ring needs at least 2 stages"
+    if program.l2_hint != L2Hint.NONE and c.size > 1:
+        return (f"l2_hint: cuda_wgmma puts the hint on unicast loads only; use cluster c1x1 "
+                f"with {program.l2_hint.value}, not c{c.cm}x{c.cn}")
     if program.schedule == Schedule.STREAM_K and c.size > 1:
         return (f"cluster: cuda_wgmma's stream_k shares tiles out CTA by CTA; use cluster "
                 f"c1x1 with it, not c{c.cm}x{c.cn}")
@@ -277,6 +281,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         stream_k=program.schedule == Schedule.STREAM_K,
         raster_col=program.raster.order == RasterOrder.COL,
         raster_group=program.raster.group,
+        l2_stream_first=program.l2_hint == L2Hint.STREAM_FIRST,
         split_k=program.split_k.slices,
         atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
         predicate=program.padding == Padding.PREDICATE,
