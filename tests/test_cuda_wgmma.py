@@ -176,6 +176,16 @@ def test_l2_hint_is_declined_with_a_cluster_and_elsewhere():
     assert check(parse(sm80)).startswith("l2_hint: TMA loads with L2 cache hints need sm_90a")
 
 
+def test_direct_epilogue_stores_16_byte_vectors_where_c_allows():
+    """A whole block inside a 16-byte aligned C: the quad's pairs transposed by shuffles, one
+    16-byte store per row and four column blocks; half2 and clipped stores stay beside it."""
+    text = lowered(COOP, ALIGNED)
+    for needle in ("c_in_vectors(a)", "quad_transpose(v, q);", "__shfl_xor_sync",
+                   "make_uint4(v[0], v[1], v[2], v[3])", "kWgN % 32 == 0",
+                   "*reinterpret_cast<half2*>(p) = __floats2half2_rn(v0, v1);"):
+        assert needle in text, needle
+
+
 def test_tma_epilogue_counts_its_boxes_in_shared_memory():
     be = backend()
     ring = be.smem_bytes(parse(COOP))
