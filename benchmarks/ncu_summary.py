@@ -35,8 +35,14 @@ def parse_log(text: str) -> list[dict]:
     return runs
 
 
+def _pair(c: dict, r: dict, value) -> str:
+    """'cuBLAS / ours' of value(run) (a string), '-' for cuBLAS where its run is absent."""
+    return f"{value(c) if c else '-'} / {value(r)}"
+
+
 def table(runs: list[dict]) -> str:
-    """Markdown rows pairing each shape's cuBLAS run with the gemmforge run after it."""
+    """Markdown rows pairing each shape's cuBLAS run with the gemmforge run after it (a log
+    of ours alone, NCU_WHO=gemmforge, shows '-' for cuBLAS)."""
     lrc = any("merged" in r for r in runs)
     rows = ["| shape | program | tensor pipe % cuBLAS / ours | SM GHz | DRAM GB | µs |"
             + (" reads merged % | L2 read G sectors |" if lrc else ""),
@@ -46,20 +52,23 @@ def table(runs: list[dict]) -> str:
         if r["who"] == "cublas":
             cublas[r["shape"]] = r
             continue
-        c = cublas.get(r["shape"])
-        if c is None or not all(k in r and k in c for k in ("pipe", "hz", "ns")):
+        c = cublas.get(r["shape"], {})
+        if not all(k in r and (not c or k in c) for k in ("pipe", "hz", "ns")):
             rows.append(f"| {r['shape']} | {r['program']} | (missing counters) | | | |")
             continue
-        gb = [(x.get("read", 0) + x.get("write", 0)) / 1e9 for x in (c, r)]
         program = " ".join(r["program"].split()[:3] + r["program"].split()[-3:])
-        row = (f"| {r['shape']} | {program} | {c['pipe']:.1f} / {r['pipe']:.1f} | "
-               f"{c['hz'] / 1e9:.3f} / {r['hz'] / 1e9:.3f} | {gb[0]:.2f} / {gb[1]:.2f} | "
-               f"{c['ns'] / 1e3:.0f} / {r['ns'] / 1e3:.0f} |")
+        row = f"| {r['shape']} | {program} | "
+        row += " | ".join((
+            _pair(c, r, lambda x: f"{x['pipe']:.1f}"),
+            _pair(c, r, lambda x: f"{x['hz'] / 1e9:.3f}"),
+            _pair(c, r, lambda x: f"{(x.get('read', 0) + x.get('write', 0)) / 1e9:.2f}"),
+            _pair(c, r, lambda x: f"{x['ns'] / 1e3:.0f}"))) + " |"
         if lrc:
-            merged = [f"{100 * x['merged'] / x['asked']:.0f}" if x.get("asked") else "-"
-                      for x in (c, r)]
-            l2 = [f"{x['l2read'] / 1e9:.3f}" if "l2read" in x else "-" for x in (c, r)]
-            row += f" {merged[0]} / {merged[1]} | {l2[0]} / {l2[1]} |"
+            row += " " + " | ".join((
+                _pair(c, r, lambda x: f"{100 * x['merged'] / x['asked']:.0f}"
+                      if x.get("asked") else "-"),
+                _pair(c, r, lambda x: f"{x['l2read'] / 1e9:.3f}" if "l2read" in x else "-"),
+            )) + " |"
         rows.append(row)
     return "\n".join(rows)
 

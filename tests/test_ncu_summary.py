@@ -62,3 +62,11 @@ def test_coalescer_columns_where_the_log_has_its_counters():
     assert rows[2].endswith("| 346 / 353 | 36 / 44 | 0.022 / 0.028 |")
     plain = ncu_summary.table(ncu_summary.parse_log(LOG)).splitlines()
     assert "merged" not in plain[0]  # logs without those counters keep the old table
+
+
+def test_a_log_of_ours_alone_shows_a_dash_for_cublas():
+    """NCU_WHO=gemmforge profiles our kernels only: their figures, '-' where cuBLAS's go."""
+    ours = "\n".join(LOG.split("== ")[2].rstrip("\n").splitlines())
+    rows = ncu_summary.table(ncu_summary.parse_log("== " + ours)).splitlines()
+    assert rows[2] == ("| 1024x8192x16384 | cuda_wgmma sm_90a 128x128x64 c1x1 pingpong tma | "
+                       "- / 98.6 | - / 1.526 | - / 0.43 | - / 353 |")
