@@ -19,8 +19,8 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      while the other computes.
   4. Epilogue direct: accumulators go straight from registers to C -- 16-byte stores after a
      transpose within each quad of threads where the block lies inside a 16-byte aligned C,
-     half2 or predicated stores elsewhere -- or to fp32 split-K partials that a reduce kernel sums (workspace) or
-     accumulates (atomic). Epilogue tma: each consumer writes 64 x 64 boxes of C into two
+     half2 or predicated stores elsewhere -- or to fp32 split-K partials that a reduce
+     kernel sums (workspace) or accumulates (atomic). Epilogue tma: each consumer writes 64 x 64 boxes of C into two
      swizzled shared-memory buffers in turn and stores each with cp.async.bulk.tensor (TMA
      clips at the edges); a C that TMA can't write (not 16-byte aligned, n % 8 != 0) takes
      the direct stores compiled beside it.
