@@ -96,8 +96,9 @@ def parse(text: str) -> Program:
                       f"got {len(tokens)}")
     (backend, arch, tile, warps, stages, swizzle, raster, padding, split, schedule,
      cluster, warp_spec, epilogue) = tokens[:13]
-    l2_hint = _lookup({L2Hint.STREAM_FIRST: "l2first"}, tokens[13], "l2_hint") \
-        if len(tokens) == 14 else L2Hint.NONE
+    l2_hint = L2Hint.NONE
+    if len(tokens) == 14:  # the token of a non-default l2_hint (the default has none)
+        l2_hint = _lookup({h: t for h, t in _L2_HINT.items() if t}, tokens[13], "l2_hint")
     bm, bn, bk = _match(r"(\d+)x(\d+)x(\d+)", tile, "tile", "BMxBNxBK")
     wm, wn = _match(r"w(\d+)x(\d+)", warps, "warps", "wWMxWN")
     (n_stages,) = _match(r"s(\d+)", stages, "stages", "sN")
