@@ -53,12 +53,14 @@ kernel_filter() {  # who, program text
     *) echo "regex:^(?!.*(elementwise|distribution|reduce)).*$";;
   esac
 }
+n=0
 for job in "${jobs[@]}"; do
+  n=$((n + 1))  # the job's number in the CSV names: two programs at one shape keep both
   shape=${job%%|*}; program=${job#*|}
   for who in ${NCU_WHO:-cublas gemmforge}; do  # NCU_WHO=gemmforge: ours only
     args=(--shape "$shape" --calls 4)
     [ "$who" = gemmforge ] && args+=(--program "$program")
-    tag="${shape}_${who}"
+    tag="${n}_${shape}_${who}"
     "$NCU" --metrics "$metrics" --launch-skip 2 --launch-count 1 --clock-control none \
       --kernel-name-base demangled \
       --kernel-name "$(kernel_filter "$who" "$program")" \
