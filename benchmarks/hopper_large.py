@@ -10,9 +10,15 @@ sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3
         --name shortlist    # each shape's best 3 alone; then --winners <shortlist>.csv
     python3 benchmarks/hopper_large.py --winners A.csv B.csv --top 5 --also C.csv \
         --rounds 20 --name shortlist  # and each shape's winner in C (an earlier confirmation)
+    python3 benchmarks/hopper_large.py --all --part 1/3 --name population_1   # every big
+        # grid shape, in three runs (each under the GPU machine's ten minutes per command)
+    python3 benchmarks/hopper_large.py --report population_1.csv population_2.csv ... --all
+        # no measuring: the summary of earlier CSVs (without --all: at the drawn sample only)
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
-2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`). Programs: `--programs` (default
+2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`, or `--all` of
+them: 187 in the 1,000-shape grid); `--part I/N` keeps every N-th of those from the I-th on,
+so N runs share them out with a like mix of sizes. Programs: `--programs` (default
 benchmarks/programs/hopper_large.txt, one program text per line, # comments),
 each measured with search.env.evaluate (gate, then CUDA-graph kernel time interleaved with
 cuBLAS NN/TN in the same process; layout nn, f32 accumulate; a shape's programs timed as one
@@ -43,10 +49,27 @@ PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
 BIG = "8192x8192x8192"
 
 
-def shapes(count: int, seed: int) -> list[str]:
+def big_shapes() -> list[str]:
+    """Every grid shape with 2*m*n*k >= 1e11, 8192^3 first."""
     big = [s for s in GRID.read_text().split()
            if 2 * math.prod(map(int, s.split("x"))) >= 1e11 and s != BIG]
-    return [BIG, *random.Random(seed).sample(big, count)]
+    return [BIG, *big]
+
+
+def shapes(count: int, seed: int) -> list[str]:
+    """8192^3 and `count` others drawn from big_shapes() with random.Random(seed)."""
+    return [BIG, *random.Random(seed).sample(big_shapes()[1:], count)]
+
+
+def part(items: list[str], spec: str) -> list[str]:
+    """The I-th of N interleaved parts of `items` ("I/N", 1 <= I <= N)."""
+    try:
+        i, n = map(int, spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--part: expected I/N such as 2/3, got {spec!r}") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--part: I must lie in 1..N, got {spec!r}")
+    return items[i - 1::n]
 
 
 def main() -> int:
@@ -55,6 +78,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--name", default="hopper_large")
     ap.add_argument("--shapes", help="comma list of MxNxK instead of the drawn sample")
+    ap.add_argument("--all", action="store_true",
+                    help="every grid shape with 2*m*n*k >= 1e11 instead of the drawn sample")
+    ap.add_argument("--part", help="I/N: only the I-th of N interleaved parts of the shapes")
+    ap.add_argument("--report", type=Path, nargs="+",
+                    help="results CSVs: print their summary at the chosen shapes, measure nothing")
     ap.add_argument("--programs", type=Path, default=PROGRAMS, help="program list file")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per request")
     ap.add_argument("--alone", action="store_true",
@@ -72,7 +100,15 @@ def main() -> int:
                          "ranked low by chance is still timed")
     args = ap.parse_args()
     texts = [t for t in args.programs.read_text().splitlines() if t.strip() and t[0] != "#"]
-    chosen = args.shapes.split(",") if args.shapes else shapes(args.count, args.seed)
+    if args.all and args.shapes:
+        ap.error("--all and --shapes each choose the shapes; give one")
+    chosen = (args.shapes.split(",") if args.shapes
+              else big_shapes() if args.all else shapes(args.count, args.seed))
+    if args.report:
+        kept = set(chosen)
+        rows = [r for path in args.report for r in read_csv(path) if f"{r.m}x{r.n}x{r.k}" in kept]
+        print(summary(rows))
+        return 0
     if args.top < 1 or (args.top > 1 and not args.winners):
         ap.error("--top takes a count of at least 1, and only with --winners")
     if args.also and not args.winners:
@@ -81,7 +117,12 @@ def main() -> int:
     winners = best_over_runs(runs, args.top) if runs else {}
     add_earlier_winners(winners, [read_csv(path) for path in args.also])
     if winners:
-        chosen = [s for s in chosen if s in winners] if args.shapes else list(winners)
+        chosen = [s for s in chosen if s in winners] if args.shapes or args.all else list(winners)
+    if args.part:
+        try:
+            chosen = part(chosen, args.part)
+        except ValueError as e:
+            ap.error(str(e))
     settings = BenchSettings(protocols=("kernel",), rounds=args.rounds,
                              interleave=not (args.alone or winners))
     start = time.perf_counter()
@@ -104,15 +145,18 @@ def main() -> int:
 def best_over_runs(runs: list[list], top: int = 1) -> dict[str, list[str]]:
     """Per shape "MxNxK", the `top` programs with the highest geomean speedup over `runs`
     (lists of Results), best first, among the programs measured ok at that shape in every
-    run."""
+    run that measured the shape (so the parts of one sweep, `--part`, can be given as runs)."""
     ratios: dict[tuple[str, str], list[float]] = {}
+    runs_at: dict[str, int] = {}
     for results in runs:
+        for shape in {f"{r.m}x{r.n}x{r.k}" for r in results}:
+            runs_at[shape] = runs_at.get(shape, 0) + 1
         for r in results:
             if r.ok and r.speedup:
                 ratios.setdefault((f"{r.m}x{r.n}x{r.k}", r.program), []).append(r.speedup)
     ranked: dict[str, list[tuple[float, str]]] = {}
     for (shape, program), xs in ratios.items():
-        if len(xs) == len(runs):
+        if len(xs) == runs_at[shape]:
             ranked.setdefault(shape, []).append((math.exp(statistics.fmean(map(math.log, xs))),
                                                  program))
     return {shape: [program for _, program in sorted(rows, reverse=True)[:top]]

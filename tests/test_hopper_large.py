@@ -21,3 +21,36 @@ def test_earlier_winners_join_a_shortlist_the_sweeps_left_them_out_of():
     assert winners[SHAPE] == before[SHAPE] + [confirmed]  # once, after the sweeps' own
     assert all(len(winners[s]) - len(before[s]) <= 1 for s in winners)
     assert set(winners) == set(before)
+
+
+def test_every_big_grid_shape_once_with_8192_cubed_first():
+    big = hopper_large.big_shapes()
+    assert big[0] == hopper_large.BIG and len(big) == len(set(big)) == 187
+    assert all(2 * m * n * k >= 1e11 for m, n, k in (map(int, s.split("x")) for s in big))
+    assert set(hopper_large.shapes(20, 4)) <= set(big)
+
+
+def test_parts_share_the_shapes_out_once_each():
+    big = hopper_large.big_shapes()
+    parts = [hopper_large.part(big, f"{i}/3") for i in (1, 2, 3)]
+    assert sorted(s for p in parts for s in p) == sorted(big)
+    assert [len(p) for p in parts] == [63, 62, 62]
+    for bad in ("0/3", "4/3", "2", "a/b"):
+        try:
+            hopper_large.part(big, bad)
+        except ValueError as e:
+            assert "--part" in str(e)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_the_parts_of_one_sweep_pick_winners_as_one_run():
+    sweep = hopper_large.read_csv(RESULTS / "hopper_large_h100_v14.csv")
+    shapes = sorted({f"{r.m}x{r.n}x{r.k}" for r in sweep})
+    halves = [[r for r in sweep if f"{r.m}x{r.n}x{r.k}" in shapes[i::2]] for i in (0, 1)]
+    assert hopper_large.best_over_runs(halves, 3) == hopper_large.best_over_runs([sweep], 3)
+    # a program missing from one of two runs at a shape is still left out there
+    other = hopper_large.read_csv(RESULTS / "hopper_large_h100_v14b.csv")
+    both = hopper_large.best_over_runs([sweep, other], 50)
+    in_both = {(f"{r.m}x{r.n}x{r.k}", r.program) for r in other if r.ok}
+    assert all((shape, p) in in_both for shape, ps in both.items() for p in ps)
