@@ -12,8 +12,9 @@ sweep per shape, against cuBLAS on grid shapes with 2*m*n*k >= 1e11, plus 8192^3
         --rounds 20 --name shortlist  # and each shape's winner in C (an earlier confirmation)
     python3 benchmarks/hopper_large.py --all --part 1/3 --name population_1   # every big
         # grid shape, in three runs (each under the GPU machine's ten minutes per command)
-    python3 benchmarks/hopper_large.py --report population_1.csv population_2.csv ... --all
-        # no measuring: the summary of earlier CSVs (without --all: at the drawn sample only)
+    python3 benchmarks/hopper_large.py --report confirm_a.csv confirm_b.csv confirm_c.csv --all
+        # no measuring: per shape the median over the runs of each run's best, the geomean
+        # of those medians, each run's own (without --all: at the drawn sample only)
 
 Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those with
 2*m*n*k >= 1e11, and 8192x8192x8192 always (or the comma list `--shapes`, or `--all` of
@@ -106,8 +107,8 @@ def main() -> int:
               else big_shapes() if args.all else shapes(args.count, args.seed))
     if args.report:
         kept = set(chosen)
-        rows = [r for path in args.report for r in read_csv(path) if f"{r.m}x{r.n}x{r.k}" in kept]
-        print(summary(rows))
+        print(report([[r for r in read_csv(path) if f"{r.m}x{r.n}x{r.k}" in kept]
+                      for path in args.report], [path.stem for path in args.report]))
         return 0
     if args.top < 1 or (args.top > 1 and not args.winners):
         ap.error("--top takes a count of at least 1, and only with --winners")
@@ -193,6 +194,43 @@ def summary(results) -> str:
                      f"{_geomean_best(rows):.3f} over {len(best_per_shape(rows))} shapes")
     bad = [r for r in results if not r.ok]
     lines += [f"FAILED {r.m}x{r.n}x{r.k} {r.program}: {r.kind}: {r.message[:160]}" for r in bad]
+    return "\n".join(lines)
+
+
+def geomean(xs) -> float:
+    return math.exp(statistics.fmean(map(math.log, xs)))
+
+
+def report(runs: list[list], names: list[str]) -> str:
+    """Earlier runs side by side: per shape the median over the runs that measured it of
+    each run's best ratio (a run is one CSV: a confirmation, or one part of a sweep), the
+    geomean and minimum of those medians, and each run's own figures."""
+    per_shape: dict[str, list] = {}
+    lines = [f"{'run':>44} {'shapes':>6} {'geomean':>8} {'min':>6} {'<1':>4} {'<0.98':>6} "
+             f"{'8192^3 TFLOP/s (cuBLAS)':>24}"]
+    for name, results in zip(names, runs):
+        best = best_per_shape(results)
+        for r in best:
+            per_shape.setdefault(f"{r.m}x{r.n}x{r.k}", []).append(r)
+        ratios = [r.speedup for r in best]
+        if not ratios:
+            lines.append(f"{name:>44} {0:6d}  (no ok results at these shapes)")
+            continue
+        big = [f"{r.flops / r.kernel_us / 1e6:.0f} ({r.flops / r.cublas_us / 1e6:.0f})"
+               for r in best if f"{r.m}x{r.n}x{r.k}" == BIG]
+        lines.append(f"{name:>44} {len(ratios):6d} {geomean(ratios):8.4f} {min(ratios):6.3f} "
+                     f"{sum(x < 1 for x in ratios):4d} {sum(x < 0.98 for x in ratios):6d} "
+                     f"{(big or ['-'])[0]:>24}")
+    if not per_shape:
+        return "\n".join(lines)
+    medians = {shape: statistics.median(r.speedup for r in rs) for shape, rs in per_shape.items()}
+    lines.append(f"{'shape':>18} {'median':>7} {'range':>13} {'runs':>4}  program (first run's best)")
+    for shape, med in sorted(medians.items(), key=lambda kv: kv[1]):
+        rs = per_shape[shape]
+        lo, hi = min(r.speedup for r in rs), max(r.speedup for r in rs)
+        lines.append(f"{shape:>18} {med:7.3f} {lo:6.3f}-{hi:6.3f} {len(rs):4d}  {rs[0].program}")
+    lines.append(f"{len(medians)} shapes: geomean of the medians {geomean(medians.values()):.4f}, "
+                 f"min {min(medians.values()):.3f}")
     return "\n".join(lines)
 
 

@@ -54,3 +54,24 @@ def test_the_parts_of_one_sweep_pick_winners_as_one_run():
     both = hopper_large.best_over_runs([sweep, other], 50)
     in_both = {(f"{r.m}x{r.n}x{r.k}", r.program) for r in other if r.ok}
     assert all((shape, p) in in_both for shape, ps in both.items() for p in ps)
+
+
+def test_a_report_takes_per_shape_medians_of_each_runs_best():
+    import math
+    import statistics
+    names = [f"hopper_large_h100_v16b_confirm_{x}" for x in "abc"]
+    runs = [hopper_large.read_csv(RESULTS / f"{n}.csv") for n in names]
+    text = hopper_large.report(runs, names)
+    best = [{f"{r.m}x{r.n}x{r.k}": r.speedup for r in run if r.ok} for run in runs]
+    medians = {s: statistics.median(b[s] for b in best) for s in best[0]}
+    expected = math.exp(statistics.fmean(map(math.log, medians.values())))
+    assert f"21 shapes: geomean of the medians {expected:.4f}" in text
+    assert f"min {min(medians.values()):.3f}" in text.splitlines()[-1]
+    first = text.splitlines()[1].split()
+    assert first[0] == names[0] and first[1] == "21"
+    assert math.isclose(float(first[2]), math.exp(statistics.fmean(map(math.log, best[0].values()))),
+                        abs_tol=1e-4)
+    # the rows run from the lowest median up
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(tuple("123456789"))
+            and "x" in line.split()[0]]
+    assert [float(r[1]) for r in rows] == sorted(float(r[1]) for r in rows)
