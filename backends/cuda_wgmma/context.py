@@ -46,7 +46,6 @@ MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
 STREAM_K_MIN_WG_N = 16       # stream_k: its workspace takes accumulators 4 x 32 bits at a time
 PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
-EDGE_N_STEP = 64             # a block at C's right edge may use a wgmma this much narrower per step
 EPI_BOX = 64                 # epilogue tma: C leaves shared memory in 64 x 64 boxes
 EPI_BUFFERS = 2              # per consumer at most: one box filling while the other is stored
 EPI_BOX_BYTES = EPI_BOX * EPI_BOX * HALF_BYTES
@@ -113,7 +112,6 @@ class WgmmaContext:
     atomic_reduce: bool
     predicate: bool
     mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
-    edge_ops: list           # narrower wgmmas (n = 64, 128, ... < wg_n) for blocks at C's edge
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -288,6 +286,4 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
         predicate=program.padding == Padding.PREDICATE,
         mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
-        edge_ops=[_wgmma_operands(n, problem.acc, tnsp_b)
-                  for n in range(EDGE_N_STEP, g["wg_n"], EDGE_N_STEP)],
     )
