@@ -21,18 +21,16 @@ above what the held clock allows needs a higher clock, not a better kernel.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-FLOP_PER_CLOCK = 132 * 4096  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
+from benchmarks.clock_under_load import FLOP_PER_SM_CYCLE, run_turn  # noqa: E402
+
+FLOP_PER_CLOCK = 132 * FLOP_PER_SM_CYCLE  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -56,7 +54,9 @@ def kernels_of(fn) -> list[tuple[str, float]]:
 
 
 def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) -> str:
-    """One line: `program` (default cuBLAS NN) at m x n x k back to back for `seconds`."""
+    """One line: `program` (default cuBLAS NN) at m x n x k back to back for `seconds`
+    (clock_under_load.run_turn: batches of 10 calls timed with CUDA events, nvidia-smi
+    sampling every 100 ms)."""
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
@@ -70,35 +70,16 @@ def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) 
     for _ in range(3):
         gemm()
     torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile("r", suffix=".csv") as log:
-        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-                                "--format=csv,noheader,nounits", "-lms", "100", "-f", log.name])
-        try:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            calls, t0 = 0, time.perf_counter()
-            start.record()
-            while time.perf_counter() - t0 < seconds:
-                for _ in range(10):
-                    gemm()
-                calls += 10
-                torch.cuda.synchronize()
-            end.record()
-            end.synchronize()
-        finally:
-            smi.terminate()
-            smi.wait()
-        samples = [[float(x) for x in line.split(",")] for line in log.read().splitlines()
-                   if line.strip() and "N/A" not in line]
-    us = start.elapsed_time(end) * 1e3 / calls
-    tflops = 2 * m * n * k / us / 1e6
-    if not samples:
-        return f"{m}x{n}x{k}: {tflops:.0f} TFLOP/s; nvidia-smi gave no samples"
-    clock, power, temp = (statistics.median(col) for col in zip(*samples))
-    per_ghz = tflops / (clock / 1e3)
-    return (f"{m}x{n}x{k} {label} for {seconds:.0f} s: {us:.1f} us/call, {tflops:.0f} TFLOP/s; "
-            f"median SM clock {clock:.0f} MHz, power {power:.0f} W, {temp:.0f} C "
-            f"({len(samples)} samples); {per_ghz:.0f} TFLOP/s per GHz = "
-            f"{per_ghz / (FLOP_PER_CLOCK / 1e3):.1%} of the dense rate at that clock")
+    flops = 2.0 * m * n * k
+    try:
+        t = run_turn(gemm, flops, seconds, batch=10, period_ms=100)
+    except RuntimeError as e:  # nvidia-smi gave nothing
+        return f"{m}x{n}x{k} {label}: {e}"
+    per_ghz = t["tflops"] / (t["sm_clock_mhz"] / 1e3)
+    return (f"{m}x{n}x{k} {label} for {seconds:.0f} s: {flops / t['tflops'] / 1e6:.1f} us/call, "
+            f"{t['tflops']:.0f} TFLOP/s; median SM clock {t['sm_clock_mhz']:.0f} MHz, power "
+            f"{t['power_w']:.0f} W, {t['temp_c']:.0f} C ({t['samples']} samples); {per_ghz:.0f} "
+            f"TFLOP/s per GHz = {per_ghz / (FLOP_PER_CLOCK / 1e3):.1%} of the dense rate at that clock")
 
 
 def main() -> int:
