@@ -48,6 +48,8 @@ from search.report import best_per_shape, read_csv, write_report  # noqa: E402
 
 PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
 BIG = "8192x8192x8192"
+K_CLASSES = (("K <= 1024", 1, 1024), ("1024 < K <= 4096", 1025, 4096),
+             ("K > 4096", 4097, math.inf))  # report: short, middling, long K
 
 
 def big_shapes() -> list[str]:
@@ -229,6 +231,11 @@ def report(runs: list[list], names: list[str]) -> str:
         rs = per_shape[shape]
         lo, hi = min(r.speedup for r in rs), max(r.speedup for r in rs)
         lines.append(f"{shape:>18} {med:7.3f} {lo:6.3f}-{hi:6.3f} {len(rs):4d}  {rs[0].program}")
+    for label, lo, hi in K_CLASSES:
+        xs = [v for shape, v in medians.items() if lo <= int(shape.split("x")[2]) <= hi]
+        if xs:
+            lines.append(f"{label}: {len(xs)} shapes, geomean of the medians {geomean(xs):.4f}, "
+                         f"min {min(xs):.3f}")
     lines.append(f"{len(medians)} shapes: geomean of the medians {geomean(medians.values()):.4f}, "
                  f"min {min(medians.values()):.3f}")
     return "\n".join(lines)
