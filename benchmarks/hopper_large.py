@@ -160,8 +160,7 @@ def best_over_runs(runs: list[list], top: int = 1) -> dict[str, list[str]]:
     ranked: dict[str, list[tuple[float, str]]] = {}
     for (shape, program), xs in ratios.items():
         if len(xs) == runs_at[shape]:
-            ranked.setdefault(shape, []).append((math.exp(statistics.fmean(map(math.log, xs))),
-                                                 program))
+            ranked.setdefault(shape, []).append((geomean(xs), program))
     return {shape: [program for _, program in sorted(rows, reverse=True)[:top]]
             for shape, rows in ranked.items()}
 
@@ -184,8 +183,7 @@ def summary(results) -> str:
                      f"{r.program}")
     ratios = [r.speedup for r in best]
     if ratios:
-        geo = math.exp(statistics.fmean(map(math.log, ratios)))
-        lines.append(f"{len(ratios)} shapes: geomean {geo:.3f}, min {min(ratios):.3f}")
+        lines.append(f"{len(ratios)} shapes: geomean {geomean(ratios):.3f}, min {min(ratios):.3f}")
     per_backend = {}
     for r in results:
         if r.ok:
@@ -242,8 +240,7 @@ def report(runs: list[list], names: list[str]) -> str:
 
 
 def _geomean_best(rows) -> float:
-    best = best_per_shape(rows)
-    return math.exp(statistics.fmean(math.log(r.speedup) for r in best))
+    return geomean(r.speedup for r in best_per_shape(rows))
 
 
 if __name__ == "__main__":
