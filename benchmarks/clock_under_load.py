@@ -11,12 +11,16 @@ Turns alternate (ours, cuBLAS, ours, cuBLAS, ...) so that heat builds up alike f
 Per turn: the median TFLOP/s over batches of launches timed with CUDA events, the median SM
 clock and mean power over the samples taken meanwhile, and the pipe's share that TFLOP/s
 needs at that clock (dense fp16 on sm_90: 4096 FLOP per SM per cycle -- H100 SXM's 989.4
-TFLOP/s at 1830 MHz over 132 SMs). Results: benchmarks/results/<name>.json.
+TFLOP/s at 1830 MHz over 132 SMs). The summary takes each side's turns after the first
+(which starts below the power cap). `--winners CSV` does this for every shape's best
+program in a results CSV, one shape after another, and adds the geomean of the ratios.
+Results: benchmarks/results/<name>.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -81,26 +85,9 @@ def run_turn(fn, flops: float, seconds: float, batch: int, period_ms: int) -> di
             "temp_c": max(r[2] for r in sampler.rows), "samples": len(sampler.rows)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", default="8192x8192x8192")
-    ap.add_argument("--program", required=True, help="program text (layout nn, f32 accumulate)")
-    ap.add_argument("--seconds", type=float, default=6.0, help="per turn")
-    ap.add_argument("--turns", type=int, default=2, help="turns each, alternating")
-    ap.add_argument("--batch", type=int, default=10, help="launches per timed batch")
-    ap.add_argument("--sample-ms", type=int, default=50)
-    ap.add_argument("--name", default="clock_under_load")
-    args = ap.parse_args()
-    if args.seconds <= 0 or args.turns < 1 or args.batch < 1:
-        ap.error("--seconds must be positive, --turns and --batch at least 1")
-    try:
-        problem, program = parse_problem(args.shape), parse(args.program)
-    except IRError as e:
-        ap.error(str(e))
-    why = check(program, problem)
-    if why:
-        ap.error(f"the program can't run {args.shape}: {why}")
-
+def measure(problem, program, args) -> dict:
+    """Turns of `program` and cuBLAS at `problem`, alternating; raises SystemExit if the
+    program's output is wrong."""
     import torch
     from compiler.pipeline import compile_and_load
     kernel = compile_and_load(program, problem)
@@ -113,7 +100,7 @@ def main() -> int:
     torch.matmul(a, b, out=ref_out)
     err = ((ours_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
     if not err < 5e-3:
-        raise SystemExit(f"{args.program} at {args.shape}: relative error {err:.2e}, not timed")
+        raise SystemExit(f"{program} at {problem.shape}: relative error {err:.2e}, not timed")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flops = 2.0 * m * n * k
     runs = {"ours": lambda: kernel(a, b, out=ours_out),
@@ -126,19 +113,80 @@ def main() -> int:
             row["ceiling_tflops"] = sms * FLOP_PER_SM_CYCLE * row["sm_clock_mhz"] * 1e6 / 1e12
             row["pipe_share"] = row["tflops"] / row["ceiling_tflops"]
             turns.append(row)
-            print(f"turn {turn} {who:6s} {row['tflops']:6.0f} TFLOP/s at {row['sm_clock_mhz']:5.0f} "
-                  f"MHz, {row['power_w']:4.0f} W, {row['temp_c']:3.0f} C: ceiling "
-                  f"{row['ceiling_tflops']:4.0f}, pipe {row['pipe_share']:.3f}", flush=True)
+            print(f"{problem.shape} turn {turn} {who:6s} {row['tflops']:6.0f} TFLOP/s at "
+                  f"{row['sm_clock_mhz']:5.0f} MHz, {row['power_w']:4.0f} W, {row['temp_c']:3.0f} C: "
+                  f"ceiling {row['ceiling_tflops']:4.0f}, pipe {row['pipe_share']:.3f}", flush=True)
+    del a, b, ours_out, ref_out
+    return {"shape": problem.shape, "program": str(program), "rel_err": err,
+            "device": torch.cuda.get_device_name(0), "sms": sms, "turns": turns}
+
+
+def settled(turns: list[dict], who: str) -> list[dict]:
+    """`who`'s turns after the first where there are several (the first starts below the
+    power cap, from a cooler chip)."""
+    rows = [t for t in turns if t["who"] == who]
+    return rows[1:] if len(rows) > 1 else rows
+
+
+def summary(results: list[dict]) -> str:
+    lines = [f"{'shape':>18} {'ours':>6} {'MHz':>5} {'cuBLAS':>6} {'MHz':>5} {'ratio':>6}  program"]
+    ratios = []
+    for r in results:
+        ours, theirs = settled(r["turns"], "ours"), settled(r["turns"], "cublas")
+        t_ours = statistics.median(t["tflops"] for t in ours)
+        t_cublas = statistics.median(t["tflops"] for t in theirs)
+        ratios.append(t_ours / t_cublas)
+        lines.append(f"{r['shape']:>18} {t_ours:6.0f} "
+                     f"{statistics.median(t['sm_clock_mhz'] for t in ours):5.0f} {t_cublas:6.0f} "
+                     f"{statistics.median(t['sm_clock_mhz'] for t in theirs):5.0f} "
+                     f"{ratios[-1]:6.3f}  {r['program']}")
+    if len(ratios) > 1:
+        geo = math.exp(statistics.fmean(map(math.log, ratios)))
+        lines.append(f"{len(ratios)} shapes under load: geomean {geo:.3f}, min {min(ratios):.3f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", default="8192x8192x8192")
+    ap.add_argument("--program", help="program text (layout nn, f32 accumulate)")
+    ap.add_argument("--winners", type=Path,
+                    help="a results CSV instead of --shape/--program: each shape's best program")
+    ap.add_argument("--shapes", help="with --winners: only these (comma list of MxNxK)")
+    ap.add_argument("--seconds", type=float, default=6.0, help="per turn")
+    ap.add_argument("--turns", type=int, default=2, help="turns each, alternating")
+    ap.add_argument("--batch", type=int, default=10, help="launches per timed batch")
+    ap.add_argument("--sample-ms", type=int, default=50)
+    ap.add_argument("--name", default="clock_under_load")
+    args = ap.parse_args()
+    if args.seconds <= 0 or args.turns < 1 or args.batch < 1:
+        ap.error("--seconds must be positive, --turns and --batch at least 1")
+    if (args.program is None) == (args.winners is None):
+        ap.error("give --program (with --shape) or --winners")
+    if args.shapes and not args.winners:
+        ap.error("--shapes picks among --winners' shapes; give --winners too")
+    try:
+        if args.winners:
+            from search.report import best_per_shape, read_csv
+            best = {f"{r.m}x{r.n}x{r.k}": r.program for r in best_per_shape(read_csv(args.winners))}
+            wanted = args.shapes.split(",") if args.shapes else list(best)
+            missing = [shape for shape in wanted if shape not in best]
+            if missing:
+                ap.error(f"--shapes: not in {args.winners}: {', '.join(missing)}")
+            jobs = [(parse_problem(shape), parse(best[shape])) for shape in wanted]
+        else:
+            jobs = [(parse_problem(args.shape), parse(args.program))]
+    except (IRError, OSError) as e:
+        ap.error(str(e))
+    for problem, program in jobs:
+        why = check(program, problem)
+        if why:
+            ap.error(f"{program} can't run {problem.shape}: {why}")
+    results = [measure(problem, program, args) for problem, program in jobs]
     out = RESULTS / f"{args.name}.json"
-    out.write_text(json.dumps({"shape": args.shape, "program": args.program, "rel_err": err,
-                               "device": torch.cuda.get_device_name(0), "sms": sms,
-                               "turns": turns}, indent=1))
+    out.write_text(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     print(f"wrote {out}")
-    for who in runs:
-        rows = [t for t in turns if t["who"] == who]
-        print(f"{who:6s} median {statistics.median(t['tflops'] for t in rows):6.0f} TFLOP/s, "
-              f"clock {statistics.median(t['sm_clock_mhz'] for t in rows):5.0f} MHz, "
-              f"pipe {statistics.median(t['pipe_share'] for t in rows):.3f}")
+    print(summary(results))
     return 0
 
 

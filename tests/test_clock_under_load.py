@@ -41,3 +41,33 @@ def test_cublas_kernels_sustains_with_the_same_sampler_and_rate():
     assert mod.parse_shape("8192X4096x1024") == (8192, 4096, 1024)
     with pytest.raises(SystemExit, match="write MxNxK"):
         mod.parse_shape("8192x8192")
+
+
+def test_the_summary_compares_the_turns_after_the_first():
+    import json
+    import statistics
+    spec = importlib.util.spec_from_file_location("clock_under_load", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = [json.loads((ROOT / "benchmarks" / "results" / f"clock_{s}_h100_v17.json").read_text())
+            for s in ("8192", "12288")]
+    text = mod.summary(runs)
+
+    def ratio(run):
+        med = {who: statistics.median(t["tflops"] for t in run["turns"]
+                                      if t["who"] == who and t["turn"] > 0)
+               for who in ("ours", "cublas")}
+        return med["ours"] / med["cublas"]
+    for run in runs:
+        assert f"{ratio(run):6.3f}  {run['program']}" in text
+    geo = (ratio(runs[0]) * ratio(runs[1])) ** 0.5
+    assert text.splitlines()[-1] == (f"2 shapes under load: geomean {geo:.3f}, "
+                                     f"min {min(map(ratio, runs)):.3f}")
+
+
+def test_winners_shapes_must_be_in_the_csv():
+    csv_path = ROOT / "benchmarks" / "results" / "hopper_population_h100_v17_confirm_a.csv"
+    done = run("--winners", str(csv_path), "--shapes", "8192x8192x8192,7x7x7")
+    assert done.returncode == 2 and "7x7x7" in done.stderr and "8192x8192x8192" not in done.stderr.split(":")[-1]
+    done = run("--program", PROGRAM, "--shapes", "8192x8192x8192")
+    assert done.returncode == 2 and "--winners" in done.stderr
