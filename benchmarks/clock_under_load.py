@@ -13,7 +13,8 @@ clock and mean power over the samples taken meanwhile, and the pipe's share that
 needs at that clock (dense fp16 on sm_90: 4096 FLOP per SM per cycle -- H100 SXM's 989.4
 TFLOP/s at 1830 MHz over 132 SMs). The summary takes each side's turns after the first
 (which starts below the power cap). `--winners CSV` does this for every shape's best
-program in a results CSV, one shape after another, and adds the geomean of the ratios.
+program in a results CSV, one shape after another (`--program P --shapes LIST`: for one
+program at several shapes), and adds the geomean of the ratios.
 Results: benchmarks/results/<name>.json.
 """
 from __future__ import annotations
@@ -152,7 +153,8 @@ def main() -> int:
     ap.add_argument("--program", help="program text (layout nn, f32 accumulate)")
     ap.add_argument("--winners", type=Path,
                     help="a results CSV instead of --shape/--program: each shape's best program")
-    ap.add_argument("--shapes", help="with --winners: only these (comma list of MxNxK)")
+    ap.add_argument("--shapes", help="comma list of MxNxK: with --winners, only these; with "
+                                     "--program, the program at each (instead of --shape)")
     ap.add_argument("--seconds", type=float, default=6.0, help="per turn")
     ap.add_argument("--turns", type=int, default=2, help="turns each, alternating")
     ap.add_argument("--batch", type=int, default=10, help="launches per timed batch")
@@ -163,8 +165,6 @@ def main() -> int:
         ap.error("--seconds must be positive, --turns and --batch at least 1")
     if (args.program is None) == (args.winners is None):
         ap.error("give --program (with --shape) or --winners")
-    if args.shapes and not args.winners:
-        ap.error("--shapes picks among --winners' shapes; give --winners too")
     try:
         if args.winners:
             from search.report import best_per_shape, read_csv
@@ -175,7 +175,9 @@ def main() -> int:
                 ap.error(f"--shapes: not in {args.winners}: {', '.join(missing)}")
             jobs = [(parse_problem(shape), parse(best[shape])) for shape in wanted]
         else:
-            jobs = [(parse_problem(args.shape), parse(args.program))]
+            program = parse(args.program)
+            jobs = [(parse_problem(shape), program)
+                    for shape in (args.shapes.split(",") if args.shapes else [args.shape])]
     except (IRError, OSError) as e:
         ap.error(str(e))
     for problem, program in jobs:

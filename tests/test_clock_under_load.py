@@ -69,5 +69,5 @@ def test_winners_shapes_must_be_in_the_csv():
     csv_path = ROOT / "benchmarks" / "results" / "hopper_population_h100_v17_confirm_a.csv"
     done = run("--winners", str(csv_path), "--shapes", "8192x8192x8192,7x7x7")
     assert done.returncode == 2 and "7x7x7" in done.stderr and "8192x8192x8192" not in done.stderr.split(":")[-1]
-    done = run("--program", PROGRAM, "--shapes", "8192x8192x8192")
-    assert done.returncode == 2 and "--winners" in done.stderr
+    done = run("--program", PROGRAM, "--shapes", "8192x8192x8192,8192x8192")
+    assert done.returncode == 2 and "MxNxK" in done.stderr
