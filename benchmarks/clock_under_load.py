@@ -87,8 +87,9 @@ def run_turn(fn, flops: float, seconds: float, batch: int, period_ms: int) -> di
 
 
 def measure(problem, program, args) -> dict:
-    """Turns of `program` and cuBLAS at `problem`, alternating; raises SystemExit if the
-    program's output is wrong."""
+    """Turns of `program` and cuBLAS at `problem`, alternating. Raises SystemExit if the
+    program's output is wrong, RuntimeError (backends.BuildError among them) if it fails to
+    build or launch."""
     import torch
     from compiler.pipeline import compile_and_load
     kernel = compile_and_load(program, problem)
@@ -184,12 +185,20 @@ def main() -> int:
         why = check(program, problem)
         if why:
             ap.error(f"{program} can't run {problem.shape}: {why}")
-    results = [measure(problem, program, args) for problem, program in jobs]
     out = RESULTS / f"{args.name}.json"
-    out.write_text(json.dumps(results[0] if len(results) == 1 else results, indent=1))
+    results, failed = [], []
+    for problem, program in jobs:  # the file is rewritten after every shape: a crash keeps the rest
+        try:
+            results.append(measure(problem, program, args))
+        except (SystemExit, RuntimeError) as e:  # a wrong output, a failed build or launch
+            print(f"{problem.shape}: not timed: {e}", flush=True)
+            failed.append({"shape": problem.shape, "program": str(program), "error": str(e)})
+        out.write_text(json.dumps(results[0] if len(jobs) == 1 and results
+                                  else results + failed, indent=1))
     print(f"wrote {out}")
-    print(summary(results))
-    return 0
+    if results:
+        print(summary(results))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -71,3 +71,27 @@ def test_winners_shapes_must_be_in_the_csv():
     assert done.returncode == 2 and "7x7x7" in done.stderr and "8192x8192x8192" not in done.stderr.split(":")[-1]
     done = run("--program", PROGRAM, "--shapes", "8192x8192x8192,8192x8192")
     assert done.returncode == 2 and "MxNxK" in done.stderr
+
+
+def test_a_shape_that_fails_leaves_the_others_on_file(tmp_path, monkeypatch, capsys):
+    import json
+    spec = importlib.util.spec_from_file_location("clock_under_load", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    done = json.loads((ROOT / "benchmarks" / "results" / "clock_8192_h100_v17.json").read_text())
+
+    def fake(problem, program, args):
+        if problem.shape == "4096x4096x4096":
+            raise SystemExit(f"{program} at {problem.shape}: relative error 1.0e+00, not timed")
+        return {**done, "shape": problem.shape}
+    monkeypatch.setattr(mod, "measure", fake)
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["clock_under_load.py", "--program", PROGRAM, "--shapes",
+                                      "8192x8192x8192,4096x4096x4096,12288x12288x12288",
+                                      "--name", "t"])
+    assert mod.main() == 1
+    kept = json.loads((tmp_path / "t.json").read_text())
+    assert [r["shape"] for r in kept] == ["8192x8192x8192", "12288x12288x12288", "4096x4096x4096"]
+    assert "relative error" in kept[2]["error"] and "turns" not in kept[2]
+    out = capsys.readouterr().out
+    assert "4096x4096x4096: not timed" in out and "2 shapes under load" in out
