@@ -6,11 +6,11 @@ import threading
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
 
 ENTRY_POINT_GROUP = "gemmforge.backends"
-_IN_TREE = ("backends.cuda", "backends.triton", "backends.cute_cpp", "backends.cuda_wgmma",
-            "backends.cute_dsl")
+_IN_TREE = ("gemmforge.backends.cuda", "gemmforge.backends.triton", "gemmforge.backends.cute_cpp", "gemmforge.backends.cuda_wgmma",
+            "gemmforge.backends.cute_dsl")
 
 __all__ = ["Artifact", "Backend", "BuildError", "Source", "Target", "register", "registry"]
 

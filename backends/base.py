@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ir.program import Accum, Arch, Layout, Problem, Program
+from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
 
 
 @dataclass(frozen=True)

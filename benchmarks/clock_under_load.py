@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import IRError, check, parse, parse_problem  # noqa: E402
+from gemmforge.ir import IRError, check, parse, parse_problem  # noqa: E402
 
 FLOP_PER_SM_CYCLE = 4096   # dense fp16 wgmma, sm_90 (989.4e12 / (132 * 1.83e9))
 RESULTS = Path(__file__).with_name("results")
@@ -91,7 +91,7 @@ def measure(problem, program, args) -> dict:
     program's output is wrong, RuntimeError (backends.BuildError among them) if it fails to
     build or launch."""
     import torch
-    from compiler.pipeline import compile_and_load
+    from gemmforge.compiler.pipeline import compile_and_load
     kernel = compile_and_load(program, problem)
     m, n, k = problem.m, problem.n, problem.k
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -168,7 +168,7 @@ def main() -> int:
         ap.error("give --program (with --shape) or --winners")
     try:
         if args.winners:
-            from search.report import best_per_shape, read_csv
+            from gemmforge.search.report import best_per_shape, read_csv
             best = {f"{r.m}x{r.n}x{r.k}": r.program for r in best_per_shape(read_csv(args.winners))}
             wanted = args.shapes.split(",") if args.shapes else list(best)
             missing = [shape for shape in wanted if shape not in best]

@@ -62,8 +62,8 @@ def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) 
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     gemm, label = (lambda: torch.matmul(a, b, out=c)), "cuBLAS NN"
     if program:
-        from compiler.pipeline import compile_and_load
-        from ir import Problem, parse
+        from gemmforge.compiler.pipeline import compile_and_load
+        from gemmforge.ir import Problem, parse
         kernel = compile_and_load(parse(program), Problem(m, n, k))
         gemm, label = (lambda: kernel(a, b, out=c)), program
         torch.testing.assert_close(kernel(a, b), a @ b, rtol=2e-2, atol=1.0)

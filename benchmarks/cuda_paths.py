@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import Problem, parse  # noqa: E402
-from search.env import evaluate  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from search.records import BenchSettings  # noqa: E402
-from search.report import write_report  # noqa: E402
+from gemmforge.ir import Problem, parse  # noqa: E402
+from gemmforge.search.env import evaluate  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.records import BenchSettings  # noqa: E402
+from gemmforge.search.report import write_report  # noqa: E402
 
 PROGRAMS = {
     "cuda_simt": ["cuda_simt sm_80 128x128x16 w4x2 s2 swpad row/8 pred k1 dp c1x1 nows direct",

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import check, parse, parse_problem  # noqa: E402
-from search.env import evaluate  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from search.records import BenchSettings  # noqa: E402
+from gemmforge.ir import check, parse, parse_problem  # noqa: E402
+from gemmforge.search.env import evaluate  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.records import BenchSettings  # noqa: E402
 
 
 def main() -> int:

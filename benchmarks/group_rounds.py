@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import check, parse, parse_problem  # noqa: E402
-from search import bench, timing  # noqa: E402
-from search.records import BenchSettings, MeasureRequest  # noqa: E402
-from search.worker import build_one  # noqa: E402
+from gemmforge.ir import check, parse, parse_problem  # noqa: E402
+from gemmforge.search import bench, timing  # noqa: E402
+from gemmforge.search.records import BenchSettings, MeasureRequest  # noqa: E402
+from gemmforge.search.worker import build_one  # noqa: E402
 from triton_sample import SWEEP  # noqa: E402
 
 SHAPES = "4096x512x8192,512x4096x8192,8192x16384x1024,512x12288x64"

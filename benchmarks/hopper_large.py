@@ -39,12 +39,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import check, parse, parse_problem  # noqa: E402
-from search.commands import GRID  # noqa: E402
-from search.env import evaluate  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from search.records import BenchSettings  # noqa: E402
-from search.report import best_per_shape, read_csv, write_report  # noqa: E402
+from gemmforge.ir import check, parse, parse_problem  # noqa: E402
+from gemmforge.search.commands import GRID  # noqa: E402
+from gemmforge.search.env import evaluate  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.records import BenchSettings  # noqa: E402
+from gemmforge.search.report import best_per_shape, read_csv, write_report  # noqa: E402
 
 PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
 BIG = "8192x8192x8192"

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.rows import measure_rows  # noqa: E402
-from compiler.pipeline import compile_and_load  # noqa: E402
-from ir import parse, parse_problem  # noqa: E402
+from gemmforge.compiler.pipeline import compile_and_load  # noqa: E402
+from gemmforge.ir import parse, parse_problem  # noqa: E402
 
 SHAPES = ("256x256x256", "64x1024x512", "4096x256x64", "2048x2048x512")
 PROGRAMS = (

@@ -101,12 +101,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from backends import registry  # noqa: E402
-from backends.base import Artifact, Target  # noqa: E402
-from backends.triton import toolchain  # noqa: E402
-from compiler import runtime as core  # noqa: E402
-from ir import Problem, parse, verify  # noqa: E402
-from ir.program import Accum, Layout  # noqa: E402
+from gemmforge.backends import registry  # noqa: E402
+from gemmforge.backends.base import Artifact, Target  # noqa: E402
+from gemmforge.backends.triton import toolchain  # noqa: E402
+from gemmforge.compiler import runtime as core  # noqa: E402
+from gemmforge.ir import Problem, parse, verify  # noqa: E402
+from gemmforge.ir.program import Accum, Layout  # noqa: E402
 
 M = N = K = 256
 H200_CAPABILITY, H200_SMS = (9, 0), 132
@@ -320,7 +320,7 @@ def kernel_rows(time, name: str, kern, tensors) -> None:
 def _triton_share(kern, a, b, c):
     """Triton's part of one gemm launch with ready arguments: (the prepared runner, the
     launcher called as JITFunction.run calls it with no launch hook set)."""
-    from backends.triton.runtime import DevicePointer, make_descriptors
+    from gemmforge.backends.triton.runtime import DevicePointer, make_descriptors
     step = kern._steps(("N", "K", "NUMEL"))[0]
     grid = kern.plan.grid(step.kernel, M, N, H200_SMS)
     values = {"a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "c_ptr": c.data_ptr(), "ws_ptr": 0,

@@ -38,8 +38,8 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from benchmarks.rows import measure_rows  # noqa: E402
-from compiler.pipeline import compile_and_load  # noqa: E402
-from ir import parse, parse_problem  # noqa: E402
+from gemmforge.compiler.pipeline import compile_and_load  # noqa: E402
+from gemmforge.ir import parse, parse_problem  # noqa: E402
 
 SHAPES = ("256x256x256", "1024x1024x1024", "2048x2048x512")
 PROGRAMS = (

@@ -34,10 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ir.program import Arch, IRError  # noqa: E402
-from ir.space import KNOBS, Space, assemble, variant  # noqa: E402
-from search.commands import RandomPolicy, parse_shapes  # noqa: E402
-from search.report import RESULTS_DIR  # noqa: E402
+from gemmforge.ir.program import Arch, IRError  # noqa: E402
+from gemmforge.ir.space import KNOBS, Space, assemble, variant  # noqa: E402
+from gemmforge.search.commands import RandomPolicy, parse_shapes  # noqa: E402
+from gemmforge.search.report import RESULTS_DIR  # noqa: E402
 
 METHODS = ("learned", "optuna", "random")
 
@@ -57,7 +57,7 @@ def _running_max(values: list[float], n: int) -> list[float]:
 def _learned_curve(runner, problem, policy, arch, args) -> list[float]:
     """The policy's proposals, `args.batch` at a time, each result observed before the
     next proposal."""
-    from search.env import reward
+    from gemmforge.search.env import reward
     ratios: list[float] = []
     while len(ratios) < args.candidates:
         programs = policy.propose(problem, arch, min(args.batch, args.candidates - len(ratios)))
@@ -71,7 +71,7 @@ def _learned_curve(runner, problem, policy, arch, args) -> list[float]:
 
 
 def _optuna_curve(runner, problem, args) -> list[float]:
-    from search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(budget=Budget(args.candidates), batch=args.batch, seed=args.seed,
                             backends=args.backends)
     tuner = Tuner(runner, None, ":memory:", settings)
@@ -157,17 +157,17 @@ def _plot(rows: list[dict], path: Path, n: int) -> None:
 
 def _runner(args):
     if args.gpu:
-        from search.records import BenchSettings
-        from search.runners import HarnessRunner
+        from gemmforge.search.records import BenchSettings
+        from gemmforge.search.runners import HarnessRunner
         return HarnessRunner(0, settings=BenchSettings(protocols=("kernel",)))
-    from search.replay import ReplayRunner
+    from gemmforge.search.replay import ReplayRunner
     return ReplayRunner(None if args.replay == "synthetic" else args.replay,
                         archs=(args.arch,))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from policy.learned import LearnedPolicy
+    from gemmforge.policy.learned import LearnedPolicy
     args.backends = tuple(args.backends.split(",")) if args.backends else None
     problems = parse_shapes(args.shapes)
     train, held = problems[: len(problems) // 2], problems[len(problems) // 2:]

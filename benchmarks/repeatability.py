@@ -47,11 +47,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import check, parse  # noqa: E402
-from search.commands import parse_shapes  # noqa: E402
-from search.env import evaluate  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from search.records import BenchSettings  # noqa: E402
+from gemmforge.ir import check, parse  # noqa: E402
+from gemmforge.search.commands import parse_shapes  # noqa: E402
+from gemmforge.search.env import evaluate  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.records import BenchSettings  # noqa: E402
 from triton_sample import SWEEP  # noqa: E402
 
 _KERNEL = {"protocols": ("kernel",)}

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from ir import parse, parse_problem  # noqa: E402
+from gemmforge.ir import parse, parse_problem  # noqa: E402
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
     gemm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
     if args.program:
-        from compiler.pipeline import compile_and_load
+        from gemmforge.compiler.pipeline import compile_and_load
         kernel = compile_and_load(parse(args.program), problem)
         gemm = lambda: kernel(a, b, out=c)  # noqa: E731
     for _ in range(args.calls):

@@ -25,9 +25,9 @@ EMIT = """
 import subprocess
 import sys
 from pathlib import Path
-from compiler import nvcc
-from compiler.emit import emit
-from ir import Arch, Problem, parse
+from gemmforge.compiler import nvcc
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Arch, Problem, parse
 program, cu_dir, exe = sys.argv[1:4]
 cu = emit(Problem(4096, 4096, 4096, "nn", "f32"), parse(program), Path(cu_dir))
 cmd = [nvcc.knobs().nvcc, *nvcc.BASE_FLAGS, *nvcc.gencode(Arch.SM90A),

@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import check, parse  # noqa: E402
-from search.commands import parse_shapes  # noqa: E402
-from search.env import evaluate  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from search.records import BenchSettings  # noqa: E402
-from search.report import best_per_shape, write_report  # noqa: E402
+from gemmforge.ir import check, parse  # noqa: E402
+from gemmforge.search.commands import parse_shapes  # noqa: E402
+from gemmforge.search.env import evaluate  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.records import BenchSettings  # noqa: E402
+from gemmforge.search.report import best_per_shape, write_report  # noqa: E402
 
 SWEEP = [
     "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",

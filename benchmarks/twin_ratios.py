@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ir import parse  # noqa: E402
-from search.report import read_csv  # noqa: E402
+from gemmforge.ir import parse  # noqa: E402
+from gemmforge.search.report import read_csv  # noqa: E402
 
 
 def twin_of(program: str, programs: list[str]) -> str | None:

@@ -31,9 +31,9 @@ PROGRAMS = [
 
 def build(text: str, layout: str):
     """The kernel of `text` for `layout`, f32 accumulate, lowered and built without verify."""
-    from backends import registry
-    from compiler import pipeline
-    from ir import Problem, parse
+    from gemmforge.backends import registry
+    from gemmforge.compiler import pipeline
+    from gemmforge.ir import Problem, parse
     program = parse(text)
     backend = registry.get(program.backend)
     source = pipeline.lower_stage(backend, program, Problem(256, 256, 256, layout, "f32"))
@@ -75,7 +75,7 @@ def main() -> int:
     ap.add_argument("--only", type=int, nargs="*", help="indices into PROGRAMS")
     args = ap.parse_args()
     import torch
-    from ir import parse
+    from gemmforge.ir import parse
     for text in [PROGRAMS[i] for i in args.only] if args.only else PROGRAMS:
         tile = parse(text).tile
         for layout in ("nt", "nn"):

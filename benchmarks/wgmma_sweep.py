@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compiler import pipeline  # noqa: E402
-from compiler.emit import build_selftest, emit  # noqa: E402
-from ir import Problem, parse  # noqa: E402
+from gemmforge.compiler import pipeline  # noqa: E402
+from gemmforge.compiler.emit import build_selftest, emit  # noqa: E402
+from gemmforge.ir import Problem, parse  # noqa: E402
 
 PROGRAMS = [
     "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct",
@@ -105,9 +105,9 @@ def _run_selftest(exe, m: int, n: int, k: int) -> list[str]:
 
 def sweep(programs: list[str], problems: list[Problem], rounds: int, on_row=None) -> list[dict]:
     """Gate and time every (program, problem) with search.bench; one dict per pair."""
-    from ir.verify import check
-    from search import bench
-    from search.records import ArtifactRecord, BenchSettings, MeasureRequest
+    from gemmforge.ir.verify import check
+    from gemmforge.search import bench
+    from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
     info = bench.setup(0)
     target = pipeline.current_target()
     # m, n, k are run-time arguments: one build per (program, layout, acc) serves every shape

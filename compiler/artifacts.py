@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from backends.base import Artifact, Source, Target
-from ir.program import Accum, Layout
+from gemmforge.backends.base import Artifact, Source, Target
+from gemmforge.ir.program import Accum, Layout
 
 RECORD = "artifact.json"
 

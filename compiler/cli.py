@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from backends.base import BuildError
-from ir.program import Arch, IRError, Problem, Program
+from gemmforge.backends.base import BuildError
+from gemmforge.ir.program import Arch, IRError, Problem, Program
 
 EXIT_BAD_INPUT = 2
 
@@ -30,8 +30,8 @@ EXIT_BUILD_FAILED = 1
 
 def parse_program(value: str) -> Program:
     """Program from its text form, its JSON form, or @path to a file holding either."""
-    from ir.schema import from_json
-    from ir.text import parse
+    from gemmforge.ir.schema import from_json
+    from gemmforge.ir.text import parse
     if value.startswith("@"):
         try:
             value = Path(value[1:]).read_text()
@@ -42,7 +42,7 @@ def parse_program(value: str) -> Program:
 
 
 def parse_shape(value: str, layout: str, acc: str) -> Problem:
-    from ir.text import parse_problem
+    from gemmforge.ir.text import parse_problem
     return parse_problem(f"{value} {layout} {acc}")
 
 
@@ -53,7 +53,7 @@ def _add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None
 
 
 def cmd_emit(args) -> int:
-    from compiler.emit import build_selftest, choose_program, emit
+    from gemmforge.compiler.emit import build_selftest, choose_program, emit
     problem = parse_shape(args.shape, args.layout, args.acc)
     arch = Arch.parse(args.arch, "--arch")
     program = choose_program(problem, arch, parse_program(args.program) if args.program else None)
@@ -65,7 +65,7 @@ def cmd_emit(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ir.verify import verify
+    from gemmforge.ir.verify import verify
     program = parse_program(args.program)
     problem = parse_shape(args.shape, args.layout, args.acc) if args.shape else None
     verify(program, problem)
@@ -74,7 +74,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from ir.schema import checked_in_schema, write_schema
+    from gemmforge.ir.schema import checked_in_schema, write_schema
     if args.write:
         print(f"wrote {write_schema()}")
         return 0
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_optional_commands(sub) -> None:
     """Commands from the search package, when it is importable (they need torch)."""
     try:
-        from search import commands
+        from gemmforge.search import commands
     except ImportError:
         return
     commands.add_to(sub)

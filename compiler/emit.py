@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends import registry
-from backends.base import BuildError
-from ir.program import Arch, Problem, Program
-from ir.verify import VerifyError, verify
+from gemmforge.backends import registry
+from gemmforge.backends.base import BuildError
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.ir.verify import VerifyError, verify
 
 
 def choose_program(problem: Problem, arch: Arch, program: Program | None = None) -> Program:
     """`program` if given (checked against `arch`), else the tuned database's program for
     `problem` (or its nearest tuned shape's, when legal here), else the heuristic's."""
     if program is None:
-        from compiler.ops import program_for
+        from gemmforge.compiler.ops import program_for
         return program_for(problem, arch)
     if program.arch != arch:
         raise VerifyError(f"arch: the program is {program.arch.value} but --arch is {arch.value}")
@@ -41,7 +41,7 @@ def emit(problem: Problem, program: Program, out_dir: Path) -> Path:
 
 def build_selftest(cu_path: Path, program: Program, device_sm: int | None = None) -> Path:
     """Compile the file's self-test executable next to it (BuildError with the command)."""
-    from compiler import nvcc
+    from gemmforge.compiler import nvcc
     exe = cu_path.with_suffix("")
     flags = [*nvcc.gencode(program.arch, device_sm), *registry.get(program.backend).nvcc_flags(program)]
     nvcc.compile_cuda(cu_path, exe, [*flags, "-DGEMMFORGE_STANDALONE_MAIN"], shared=False)

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from backends.base import BuildError
-from compiler.knobs import knobs
-from ir.program import Arch
+from gemmforge.backends.base import BuildError
+from gemmforge.compiler.knobs import knobs
+from gemmforge.ir.program import Arch
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "-lineinfo")
 

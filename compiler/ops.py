@@ -5,7 +5,7 @@ program (or the nearest tuned shape's program, if it is legal here), falls back 
 heuristic policy, builds it once (artifact cache) and keeps the loaded kernel, so later
 calls cost one dictionary lookup plus the launch.
 
-    from compiler.ops import matmul
+    from gemmforge.compiler.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 CUDA tensors
     c = matmul(a, b_nk, layout="nt")  # b given as (n, k)
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import threading
 
-from compiler.runtime import Kernel
-from ir.program import Accum, Arch, Layout, Problem, Program
+from gemmforge.compiler.runtime import Kernel
+from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
 
 _kernels: dict[tuple, Kernel] = {}
 _lock = threading.Lock()
@@ -28,13 +28,13 @@ def program_for(problem: Problem, arch: Arch) -> Program:
     """The tuned database's program for `problem` (exact, or the nearest tuned shape's when
     it is legal here) if it has one, else the heuristic's."""
     try:
-        from search.database import lookup
+        from gemmforge.search.database import lookup
         tuned = lookup(problem, arch)
     except ImportError:  # the database needs the [search] extra (SQLAlchemy)
         tuned = None
     if tuned is not None:
         return tuned
-    from policy.heuristic import default_program
+    from gemmforge.policy.heuristic import default_program
     return default_program(problem, arch)
 
 
@@ -46,8 +46,8 @@ def kernel_for(problem: Problem, device_index: int) -> Kernel:
     with _lock:
         kernel = _kernels.get(key)
         if kernel is None:
-            from backends.base import Target
-            from compiler.pipeline import compile, load
+            from gemmforge.backends.base import Target
+            from gemmforge.compiler.pipeline import compile, load
             sm = major * 10 + minor
             program = program_for(problem, _arch_of(sm))
             kernel = load(compile(program, problem, Target(device_sm=sm)))

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends import registry
-from backends.base import Artifact, Backend, Source, Target
-from compiler.artifacts import ArtifactCache, cache_key
-from compiler.knobs import knobs
-from compiler.runtime import Kernel, artifact_meta_json
-from compiler.runtime import load as load_artifact
-from ir import graph
-from ir.program import Problem, Program
-from ir.verify import verify
+from gemmforge.backends import registry
+from gemmforge.backends.base import Artifact, Backend, Source, Target
+from gemmforge.compiler.artifacts import ArtifactCache, cache_key
+from gemmforge.compiler.knobs import knobs
+from gemmforge.compiler.runtime import Kernel, artifact_meta_json
+from gemmforge.compiler.runtime import load as load_artifact
+from gemmforge.ir import graph
+from gemmforge.ir.program import Problem, Program
+from gemmforge.ir.verify import verify
 
 STAGES = ("verify", "lower", "build", "load")
 
@@ -50,7 +50,7 @@ def lower_stage(backend: Backend, program: Program, problem: Problem) -> Source:
 
 def build_stage(backend: Backend, source: Source, target: Target,
                 cache: ArtifactCache | None) -> Artifact:
-    from compiler import nvcc
+    from gemmforge.compiler import nvcc
     key = cache_key(source, target, backend.fingerprint(), nvcc.version())
     cache = cache or ArtifactCache(knobs().cache_dir)
     artifact = cache.get(key) or cache.put(key, lambda d: backend.build(source, target, d))

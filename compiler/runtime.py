@@ -17,8 +17,8 @@ import json
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from backends.base import Artifact
-from ir.program import Layout
+from gemmforge.backends.base import Artifact
+from gemmforge.ir.program import Layout
 
 _LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
 
@@ -34,7 +34,7 @@ def loader(kind: str):
 def load(artifact: Artifact) -> "Kernel":
     """A callable Kernel for `artifact`; ValueError for a kind no loader knows."""
     if artifact.kind not in _LOADERS:
-        import backends  # noqa: F401  (backends register their loaders on import)
+        from gemmforge import backends  # backends register their loaders on import
         backends.registry.names()
     if artifact.kind not in _LOADERS:
         raise ValueError(f"no loader for artifact kind {artifact.kind!r}; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ir.program import Arch
+from gemmforge.ir.program import Arch
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,7 +288,7 @@ class Program:
     @property
     def key(self) -> str:
         """Content hash: 16 hex digits of sha256 over the canonical text form."""
-        from ir.text import to_text
+        from gemmforge.ir.text import to_text
         return hashlib.sha256(to_text(self).encode()).hexdigest()[:16]
 
     @property
@@ -300,7 +300,7 @@ class Program:
                 f"_s{self.stages}_{self.key[:8]}")
 
     def __str__(self) -> str:
-        from ir.text import to_text
+        from gemmforge.ir.text import to_text
         return to_text(self)
 
 

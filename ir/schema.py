@@ -11,7 +11,7 @@ import functools
 import json
 from pathlib import Path
 
-from ir.program import (
+from gemmforge.ir.program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
     TILE_LIMITS,
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder, Reduction,
@@ -147,6 +147,6 @@ def checked_in_schema() -> dict:
 
 def write_schema() -> Path:
     """Regenerate ir/program.schema.json with the registry's backends enumerated."""
-    from backends import registry
+    from gemmforge.backends import registry
     SCHEMA_PATH.write_text(json.dumps(program_schema(sorted(registry.names())), indent=2) + "\n")
     return SCHEMA_PATH

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from ir.program import (
+from gemmforge.ir.program import (
     DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
     TILE_LIMITS, Arch, Cluster, Problem, Program, Raster, Reduction, SplitK, Tile, Warps,
 )
@@ -139,7 +139,7 @@ def _blames(reason: str | None, knob: str) -> bool:
 def _repair(program: Program, backend, frozen: str = "", steps: int = 4) -> Program:
     """Greedily change the knobs of the field verify blames (never `frozen`), one at a time,
     until the program is legal or no single change moves the blame elsewhere."""
-    from ir.verify import check
+    from gemmforge.ir.verify import check
     for _ in range(steps):
         reason = check(program)
         knobs = [k for k in KNOBS if k != frozen and _blames(reason, k)]
@@ -156,7 +156,7 @@ def _repair(program: Program, backend, frozen: str = "", steps: int = 4) -> Prog
 def _first_base(backend, arch: Arch) -> Program:
     """A legal program with default fields where one exists: a few tile/warps/stages
     shapes, each repaired greedily; else the first (illegal) candidate."""
-    from ir.verify import check
+    from gemmforge.ir.verify import check
     mm, mn, mk = backend.mma_shape
     tiles = [(max(128, mm), max(128, mn), max(32, mk)), (max(128, mm), max(128, mn), 64),
              (max(64, mm), max(64, mn), max(32, mk))]
@@ -174,7 +174,7 @@ def _bases(backend, arch: Arch) -> list[Program]:
     """Legal programs to probe knobs from: the first base, and each one-knob change of it
     repaired around that knob (so a value legal only beside others, like a warp
     specialization that wants its own warps, gets a base of its own)."""
-    from ir.verify import check
+    from gemmforge.ir.verify import check
     first = _first_base(backend, arch)
     out = {first: None}
     for knob in KNOBS:
@@ -190,7 +190,7 @@ def _bases(backend, arch: Arch) -> list[Program]:
 def _legal_values(knob: str, backend, bases: list[Program]) -> tuple:
     """The candidates of `knob` that verify doesn't blame on the knob itself from at least
     one base (lenient: cross-field rules are left to verify at tuning time)."""
-    from ir.verify import check
+    from gemmforge.ir.verify import check
     return tuple(v for v in _candidates(knob, backend)
                  if any(not _blames(check(_probe(b, knob, v)), knob) for b in bases))
 
@@ -254,7 +254,7 @@ class Variant:
 @functools.lru_cache(maxsize=None)
 def variant(backend_name: str, arch: Arch) -> Variant:
     """The Variant of a registered backend on `arch` (ValueError if it doesn't emit it)."""
-    from backends import registry
+    from gemmforge.backends import registry
     backend = registry.get(backend_name)
     if arch not in backend.archs:
         raise ValueError(f"{backend_name} does not emit {arch.value}")
@@ -286,7 +286,7 @@ class Space:
               problem: Problem | None = None) -> "Space":
         """Every registered backend (or those named) on each of `archs` it emits, left out
         where it can't compute `problem`'s layout or accumulator."""
-        from backends import registry
+        from gemmforge.backends import registry
         names = sorted(backends) if backends is not None else registry.names()
         out = []
         for name in names:
@@ -352,7 +352,7 @@ class Space:
 
     def sample_legal(self, problem: Problem, rng: random.Random, tries: int = 1000) -> Program:
         """A random program that passes ir.verify for `problem` (ValueError after `tries`)."""
-        from ir.verify import check
+        from gemmforge.ir.verify import check
         for _ in range(tries):
             program = self.sample(rng)
             if check(program, problem) is None:
@@ -396,5 +396,5 @@ class Space:
 
     def legal(self, problem: Problem) -> Iterator[Program]:
         """Every program of the space that passes ir.verify for `problem` (lazily)."""
-        from ir.verify import check
+        from gemmforge.ir.verify import check
         return (p for p in self.programs() if check(p, problem) is None)

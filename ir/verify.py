@@ -6,10 +6,10 @@ cheapest to the most specific; each message names the field and the limit.
 """
 from __future__ import annotations
 
-from ir import graph
-from ir.arch import ACCUM_REG_BUDGET, LIMITS
-from ir.text import field_text
-from ir.program import (
+from gemmforge.ir import graph
+from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.text import field_text
+from gemmforge.ir.program import (
     DEFAULTS, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
 )
 
@@ -30,7 +30,7 @@ class VerifyError(IRError):
 
 
 def _backend(p: Program):
-    from backends import registry
+    from gemmforge.backends import registry
     try:
         return registry.get(p.backend), None
     except KeyError as e:

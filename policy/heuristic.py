@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 import math
 
-from ir.program import (
+from gemmforge.ir.program import (
     Arch, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
 )
-from ir.verify import check
+from gemmforge.ir.verify import check
 
 SMS = 132                 # multiprocessors on H100/H200 (A100: 108); sets the wave size
 DEFAULT_BACKEND = "cuda_mma"
@@ -118,7 +118,7 @@ SEED_MIN_FLOPS = 1e10  # the seeds' big tiles fill the chip only on large proble
 
 
 def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
-    from ir.text import parse
+    from gemmforge.ir.text import parse
     if problem.flops < SEED_MIN_FLOPS:
         return []
     fitting = [text for text, fits in SEEDS_192 if fits(problem)]
@@ -134,7 +134,7 @@ class HeuristicPolicy:
         self.backends = list(backends) if backends else [backend or DEFAULT_BACKEND]
 
     def _legal(self, name: str, problem: Problem, arch: Arch, n: int) -> list[Program]:
-        from backends import registry
+        from gemmforge.backends import registry
         backend = registry.get(name)
         if arch not in backend.archs:
             return []

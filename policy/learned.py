@@ -48,12 +48,12 @@ from pathlib import Path
 
 import torch
 
-from ir.program import Arch, Problem, Program
-from ir.space import KNOBS, Space, Variant
-from ir.verify import check
-from policy.heuristic import HeuristicPolicy
-from policy.learned_net import ProgramModel
-from policy.learned_search import INVALID_VALUE, ShapeSearch, apply, edits, heuristic_seeds
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.ir.space import KNOBS, Space, Variant
+from gemmforge.ir.verify import check
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.policy.learned_net import ProgramModel
+from gemmforge.policy.learned_search import INVALID_VALUE, ShapeSearch, apply, edits, heuristic_seeds
 
 CHECKPOINT_VERSION = 2
 BEAM_WIDTH = 32

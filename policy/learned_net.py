@@ -23,9 +23,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ir.arch import ACCUM_REG_BUDGET, LIMITS
-from ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
-from ir.space import KNOBS, Space, Variant, assemble, knob_value
+from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
+from gemmforge.ir.space import KNOBS, Space, Variant, assemble, knob_value
 
 LOG2_SCALE = 14.0            # log2 of the largest grid dimension (16384)
 STEPS = ("backend",) + KNOBS
@@ -83,7 +83,7 @@ class Vocab:
     """Per step, the values the model chooses among, and the masks of allowed ones."""
 
     def __init__(self, space: Space):
-        from backends import registry
+        from gemmforge.backends import registry
         self.variants = {(v.backend, v.arch): v for v in space.variants}
         self.values = [tuple(space.backends)] + [
             tuple(dict.fromkeys([knob_value(DEFAULTS, k)] + [c for v in space.variants
@@ -109,7 +109,7 @@ class Vocab:
         return self._masks[key]
 
     def _build(self, key: tuple) -> torch.Tensor:
-        from backends import registry
+        from gemmforge.backends import registry
         if key[0] == 0:
             _, arch, layout, acc = key
             ok = {b for b, a in self.variants if a == arch and layout in registry.get(b).layouts

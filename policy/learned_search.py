@@ -23,9 +23,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from ir.program import DEFAULTS, Arch, IRError, Problem, Program
-from ir.space import KNOBS, Variant, assemble, knob_value
-from ir.verify import check
+from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
+from gemmforge.ir.space import KNOBS, Variant, assemble, knob_value
+from gemmforge.ir.verify import check
 
 INVALID_VALUE = -6.0         # reward of a program that fails verify (below every failure)
 SEEDS_PER_BACKEND = 3        # heuristic programs that start a shape's lineages, per backend
@@ -73,7 +73,7 @@ def heuristic_seeds(variants: Mapping, problems: Sequence[Problem],
     """Per backend of `variants` on `arch`, the heuristic's first SEEDS_PER_BACKEND legal
     proposals for each of `problems`, pooled (a program legal on one shape is mostly
     legal on another, so a shape with too few of its own borrows others')."""
-    from policy.heuristic import HeuristicPolicy
+    from gemmforge.policy.heuristic import HeuristicPolicy
     seeds: dict[str, list[Program]] = {}
     for backend, a in variants:
         if a != arch:
@@ -108,7 +108,7 @@ class ShapeSearch:
     def measure(self, programs: Sequence[Program | None], root) -> list[float]:
         """Rewards of `programs` (None: undecodable), measuring the legal ones not yet
         known (once each); new ones join lineage `root`."""
-        from search.env import reward
+        from gemmforge.search.env import reward
         todo = [p for p in dict.fromkeys(programs) if p is not None and p not in self.known]
         legal = [p for p in todo if check(p, self.problem) is None]
         self.known.update({p: INVALID_VALUE for p in todo})

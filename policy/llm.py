@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ir.program import DEFAULTS, Arch, IRError, Problem, Program
-from ir.schema import from_json, program_schema, to_json
-from ir.verify import check
-from policy.dataset import DatasetWriter, make_row
-from policy.lineage import Lineage
-from policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
-from policy.samplers import OpenAISampler, Sampler, SamplerError, VLLMSampler
+from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
+from gemmforge.ir.schema import from_json, program_schema, to_json
+from gemmforge.ir.verify import check
+from gemmforge.policy.dataset import DatasetWriter, make_row
+from gemmforge.policy.lineage import Lineage
+from gemmforge.policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
+from gemmforge.policy.samplers import OpenAISampler, Sampler, SamplerError, VLLMSampler
 
 ANALYSIS_MAX_CHARS = 400  # ~100 words; bounds the tokens spent before the program
 SEED_STRIDE = 1 << 16  # more samples than one request ever asks for

@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ir.arch import ACCUM_REG_BUDGET, LIMITS
-from ir.program import DEFAULTS, Arch, Problem, Program
-from ir.schema import to_json
-from policy.lineage import Lineage, field_distance
+from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
+from gemmforge.ir.schema import to_json
+from gemmforge.policy.lineage import Lineage, field_distance
 
 FAILED_REWARD = -5.0
 """Rewards at or below this are failures; mirrors search.env.WORST_REWARD (a test checks),
@@ -145,7 +145,7 @@ def _backend_lines(be) -> list[str]:
 
 def usable_backends(problem: Problem, arch: Arch) -> list:
     """Registered backends that emit code for `arch` and compute `problem`'s layout and acc."""
-    from backends import registry
+    from gemmforge.backends import registry
     return [be for be in registry.all() if arch in be.archs
             and problem.layout in be.layouts and problem.acc in be.accumulators]
 

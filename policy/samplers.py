@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
-from policy.prompts import Prompt
+from gemmforge.policy.prompts import Prompt
 
 SCHEMA_NAME = "gemmforge_reply"
 DEFAULT_TIMEOUT_S = 300.0

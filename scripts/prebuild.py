@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.base import BuildError, Target  # noqa: E402
-from compiler import pipeline  # noqa: E402
-from ir import IRError, Problem, parse  # noqa: E402
+from gemmforge.backends.base import BuildError, Target  # noqa: E402
+from gemmforge.compiler import pipeline  # noqa: E402
+from gemmforge.ir import IRError, Problem, parse  # noqa: E402
 
 
 def main() -> int:

@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.base import BuildError, Target  # noqa: E402
-from compiler import pipeline  # noqa: E402
-from compiler.artifacts import ArtifactCache  # noqa: E402
-from ir import Problem, VerifyError, parse  # noqa: E402
+from gemmforge.backends.base import BuildError, Target  # noqa: E402
+from gemmforge.compiler import pipeline  # noqa: E402
+from gemmforge.compiler.artifacts import ArtifactCache  # noqa: E402
+from gemmforge.ir import Problem, VerifyError, parse  # noqa: E402
 
 DEFAULT_OUT = ROOT / ".carry" / "cache"
 
@@ -41,7 +41,7 @@ def parse_problem(text: str) -> Problem:
 
 def requested(pairs: list[str]) -> list[tuple[str, Problem]]:
     if not pairs:
-        from backends.cute_dsl.suite import builds
+        from gemmforge.backends.cute_dsl.suite import builds
         return builds()
     if len(pairs) % 2:
         raise SystemExit("give PROGRAM PROBLEM pairs (an odd number of arguments was given)")

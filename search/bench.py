@@ -31,9 +31,9 @@ import statistics
 import time
 from typing import Sequence
 
-from search import gate, timing
-from search.operands import OperandPool
-from search.records import IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result
+from gemmforge.search import gate, timing
+from gemmforge.search.operands import OperandPool
+from gemmforge.search.records import IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result
 
 PLAUSIBILITY_MARGIN = 1.05
 """A time is flagged when it beats the chip's limit by more than this factor."""
@@ -283,7 +283,7 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
 def _measure(requests, artifacts, *, load, isolate_wrong: bool,
              progress=_quiet) -> list[Result]:
     import torch
-    from compiler.runtime import load as runtime_load
+    from gemmforge.compiler.runtime import load as runtime_load
     start = time.perf_counter()
     problem, settings, sync = requests[0].problem(), requests[0].settings, torch.cuda.synchronize
     for art in artifacts:

@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ir.program import Arch, IRError
+from gemmforge.ir.program import Arch, IRError
 
 
 def _programs(values: list[str]) -> list:
-    from compiler.cli import parse_program
+    from gemmforge.compiler.cli import parse_program
     out = []
     for value in values:
         if value.startswith("@"):
@@ -37,8 +37,8 @@ def _programs(values: list[str]) -> list:
 def candidates(problem, programs, backends, arch):
     """The programs to measure on `problem`: the given ones that are legal for it, and the
     heuristic's first legal program per backend."""
-    from ir.verify import check
-    from policy.heuristic import HeuristicPolicy
+    from gemmforge.ir.verify import check
+    from gemmforge.policy.heuristic import HeuristicPolicy
     chosen = [p for p in programs if check(p, problem) is None]
     for name in backends:
         chosen += [p for p in HeuristicPolicy(name).propose(problem, arch, 1) if p not in chosen]
@@ -46,17 +46,17 @@ def candidates(problem, programs, backends, arch):
 
 
 def cmd_bench(args) -> int:
-    from search.commands import parse_shapes
-    from search.env import evaluate
-    from search.measure import BuilderPool, DeviceRunner
-    from search.records import BenchSettings
-    from search.report import write_report
+    from gemmforge.search.commands import parse_shapes
+    from gemmforge.search.env import evaluate
+    from gemmforge.search.measure import BuilderPool, DeviceRunner
+    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.report import write_report
     from tqdm import tqdm
     problems = parse_shapes(args.shapes, args.layout, args.acc)
     programs = _programs(args.program or [])
     backends = [b for b in (args.backends or "").split(",") if b]
     if not programs and not backends:
-        from compiler.cli import UsageError
+        from gemmforge.compiler.cli import UsageError
         raise UsageError("bench: give at least one --program or --backends")
     arch = Arch.parse(args.arch, "--arch")
     settings = BenchSettings(protocols=tuple(args.protocols.split(",")), rounds=args.rounds)

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ir.program import Arch, Problem, Program
+from gemmforge.ir.program import Arch, Problem, Program
 
 GRID = Path(__file__).with_name("data") / "grid_1000.txt"
 POLICIES = ("heuristic", "learned", "random", "llm", "none")
@@ -36,7 +36,7 @@ POLICIES = ("heuristic", "learned", "random", "llm", "none")
 
 def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
     """Problems from a --shapes value (see the module docstring); raises IRError on a bad one."""
-    from ir.text import parse_problem
+    from gemmforge.ir.text import parse_problem
     if spec == "grid" or spec.startswith("sample:"):
         shapes = GRID.read_text().split()
         if spec != "grid":
@@ -55,7 +55,7 @@ class RandomPolicy:
     name = "random"
 
     def __init__(self, archs, backends=None, seed: int = 0):
-        from ir.space import Space
+        from gemmforge.ir.space import Space
         self.archs, self.backends, self._rng = archs, backends, random.Random(seed)
         self._Space = Space
 
@@ -79,18 +79,18 @@ def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, 
     """The policy named `name` (one of POLICIES; "none": the sampler alone). `llm`: the
     LLM policy's options (url, model, dataset)."""
     if name == "heuristic":
-        from policy.heuristic import HeuristicPolicy
+        from gemmforge.policy.heuristic import HeuristicPolicy
         return HeuristicPolicy(backends=backends)
     if name == "random":
         return RandomPolicy(archs, backends, seed)
     if name == "learned":
-        from policy.learned import LearnedPolicy, default_checkpoint
+        from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
         path = Path(checkpoint) if checkpoint else default_checkpoint()
         if path.exists():
             return LearnedPolicy.load(path)
         return LearnedPolicy(archs=archs, backends=backends, seed=seed)
     if name == "llm":
-        from policy.llm import from_cli
+        from gemmforge.policy.llm import from_cli
         return from_cli(seed=seed, **(llm or {}))
     if name == "none":
         return None
@@ -102,13 +102,13 @@ def make_runner(job: dict, index: int):
     the GPU harness on CUDA device `index`."""
     replay = job.get("replay")
     if replay:
-        from search.replay import ReplayRunner
+        from gemmforge.search.replay import ReplayRunner
         records = None if replay == "synthetic" else replay
         return ReplayRunner(records, device=job.get("device", "replay"),
                             archs=job.get("archs", ("sm_90a", "sm_80")),
                             delay_s=job.get("delay_s", 0.0))
-    from search.records import BenchSettings
-    from search.runners import HarnessRunner
+    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.runners import HarnessRunner
     settings = BenchSettings(protocols=tuple(job.get("protocols") or ("kernel",)))
     return HarnessRunner(index, builders=job.get("builders"), settings=settings)
 
@@ -117,8 +117,8 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
     """One worker: tune every problem of `job` (starting at a different one per worker) on
     its runner; report progress to `events` (a queue, or a callable); return the outcomes
     as dicts. Top level so a spawned process can run it."""
-    from search.database import TunedDatabase
-    from search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.database import TunedDatabase
+    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
     problems = [Problem(*p) for p in job["problems"]]
     runner = make_runner(job, index)
     try:
@@ -149,7 +149,7 @@ def run_worker(job: dict, index: int, events=None) -> list[dict]:
 def _keep_learning(policy, job: dict, index: int) -> None:
     """Worker 0 saves a learned policy after tuning, with what it observed (its updates
     every `update_every` results), where the next `--policy learned` run loads it."""
-    from policy.learned import LearnedPolicy, default_checkpoint
+    from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
     if index == 0 and isinstance(policy, LearnedPolicy) and job.get("storage") != ":memory:":
         policy.save(Path(job["checkpoint"]) if job.get("checkpoint") else default_checkpoint())
 
@@ -198,8 +198,8 @@ def run_workers(job: dict, progress: bool = True) -> list[dict]:
 
 def _prepare_storage(url: str | None) -> None:
     """Create optuna's and the tuned database's tables once, before workers race to."""
-    from search.database import TunedDatabase
-    from search.studies import open_storage
+    from gemmforge.search.database import TunedDatabase
+    from gemmforge.search.studies import open_storage
     if url and url != ":memory:":
         open_storage(url)
         TunedDatabase(url).close()
@@ -284,8 +284,8 @@ def summary_table(outcomes: list[dict]) -> str:
 
 def _protocols(text: str) -> list[str]:
     """--protocols as a list, checked as BenchSettings checks it (a UsageError if bad)."""
-    from compiler.cli import UsageError
-    from search.records import BenchSettings
+    from gemmforge.compiler.cli import UsageError
+    from gemmforge.search.records import BenchSettings
     names = [x.strip() for x in text.split(",") if x.strip()]
     try:
         BenchSettings(protocols=tuple(names))
@@ -295,10 +295,10 @@ def _protocols(text: str) -> list[str]:
 
 
 def cmd_tune(args) -> int:
-    from search.records import Result
-    from search.report import write_report
-    from search.studies import default_storage
-    from compiler.cli import UsageError
+    from gemmforge.search.records import Result
+    from gemmforge.search.report import write_report
+    from gemmforge.search.studies import default_storage
+    from gemmforge.compiler.cli import UsageError
     problems = parse_shapes(args.shapes, args.layout, args.acc)
     if args.concurrent < 1:
         raise UsageError(f"--concurrent: {args.concurrent} must be >= 1")
@@ -374,10 +374,10 @@ def add_to(sub) -> None:
     t.add_argument("--report-dir", help="folder for the report (default benchmarks/results)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=cmd_tune, argv=None)
-    from search import train_cli
+    from gemmforge.search import train_cli
     train_cli.add_to(sub)
     try:
-        from search import bench_cli
+        from gemmforge.search import bench_cli
     except ImportError:
         return
     bench_cli.add_to(sub)

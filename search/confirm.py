@@ -16,9 +16,9 @@ run whose contenders were all in it returns it without measuring again.
 """
 from __future__ import annotations
 
-from search.env import WORST_REWARD, reward
-from search.records import Result
-from search.studies import measured_trials
+from gemmforge.search.env import WORST_REWARD, reward
+from gemmforge.search.records import Result
+from gemmforge.search.studies import measured_trials
 
 ATTR = "confirmed"
 
@@ -57,7 +57,7 @@ def confirm(runner, study, problem, top: int, database=None,
 
     Returns (the confirmed best Result, whether it was measured now), or (None, False)
     when there is nothing to confirm or none of the contenders measured ok again."""
-    from ir.text import parse
+    from gemmforge.ir.text import parse
     entry = database.best(runner.device, problem) if database is not None else None
     programs = contenders(study, top, str(entry.program) if entry else None)
     if not programs:

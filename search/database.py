@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ir.program import Arch, Problem, Program
-from search.records import Result
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.search.records import Result
 
 TABLE = "gemmforge_tuned"
 
@@ -83,7 +83,7 @@ class Nearest:
 
 
 def _entry(row) -> Entry:
-    from ir.text import parse
+    from gemmforge.ir.text import parse
     problem = Problem(row.m, row.n, row.k, row.layout, row.acc)
     return Entry(row.device, problem, parse(row.program), row.kernel_us, row.cublas_us,
                  row.speedup, row.call_us, row.cublas_call_us, row.call_speedup, row.command,
@@ -102,7 +102,7 @@ class TunedDatabase:
 
     def __init__(self, url: str | None = None):
         import sqlalchemy
-        from search.studies import default_storage, engine_kwargs
+        from gemmforge.search.studies import default_storage, engine_kwargs
         self.url = url or default_storage()
         self.engine = sqlalchemy.create_engine(self.url, **engine_kwargs(self.url))
         self.metadata = sqlalchemy.MetaData()
@@ -134,7 +134,7 @@ class TunedDatabase:
 
     def _upsert(self, device, problem, result: Result, command: str, study: str,
                 replace: bool = False) -> bool:
-        from ir.text import parse
+        from gemmforge.ir.text import parse
         program = parse(result.program)
         values = dict(device=device, problem=str(problem), m=problem.m, n=problem.n,
                       k=problem.k, layout=str(problem.layout), acc=str(problem.acc),
@@ -176,7 +176,7 @@ class TunedDatabase:
         """The entry with the same layout, accumulator and program arch nearest `problem`
         (the exact one at distance 0), preferring `device`'s entries, then the higher
         speedup; with `legal_only`, the nearest whose program passes verify for `problem`."""
-        from ir.verify import check
+        from gemmforge.ir.verify import check
         t = self.table
         query = t.select().where((t.c.layout == str(problem.layout)) &
                                  (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value))
@@ -201,7 +201,7 @@ def lookup(problem: Problem, arch: Arch, url: str | None = None,
     nearest tuned shape's program that is legal for `problem`; None when the database has
     none (or doesn't exist yet). Never raises for a missing or empty database."""
     import sqlalchemy
-    from search.studies import default_storage
+    from gemmforge.search.studies import default_storage
     url = url or default_storage()
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         return None  # nothing tuned yet: don't create an empty file

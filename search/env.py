@@ -1,8 +1,8 @@
 """A batched, crash-proof reward for RL loops: evaluate(programs, problem) -> Results.
 
-    from ir import parse, parse_problem
-    from search.env import evaluate, reward
-    from search.measure import BuilderPool, DeviceRunner
+    from gemmforge.ir import parse, parse_problem
+    from gemmforge.search.env import evaluate, reward
+    from gemmforge.search.measure import BuilderPool, DeviceRunner
 
     problem = parse_problem("1000x4096x333 nn f32")
     programs = [parse("cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"),
@@ -19,15 +19,15 @@ group (BenchSettings.interleave, the default): each timing round visits all of t
 cuBLAS, so a slow spell of the GPU lands on the whole group and rewards within it compare
 fairly; a group that crashes or hangs is timed again program by program. Run it under
 `if __name__ == "__main__":` or any entry point; workers are separate
-`python -m search.worker` processes.
+`python -m gemmforge.search.worker` processes.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
-from search.measure import BuilderPool, DeviceRunner, measure
-from search.records import BenchSettings, MeasureRequest, Result
+from gemmforge.search.measure import BuilderPool, DeviceRunner, measure
+from gemmforge.search.records import BenchSettings, MeasureRequest, Result
 
 WORST_REWARD = -5.0
 """The reward of a failed program, and the floor of every reward: a working program, however
@@ -49,9 +49,9 @@ def reward(result: Result) -> float:
 
 def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureRequest | Result:
     """A MeasureRequest, or an `invalid` Result for text that doesn't parse or verify."""
-    from ir.program import IRError
-    from ir.text import parse
-    from ir.verify import check
+    from gemmforge.ir.program import IRError
+    from gemmforge.ir.text import parse
+    from gemmforge.ir.verify import check
     text = program if isinstance(program, str) else str(program)
     placeholder = MeasureRequest(text.strip(), problem.m, problem.n, problem.k,
                                  str(problem.layout), str(problem.acc), settings, seed)

@@ -3,7 +3,7 @@
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         results = measure(requests, builders=builders, runner=runner)
 
-Builds run in CPU worker processes (`python -m search.worker build`), several at once, each
+Builds run in CPU worker processes (`python -m gemmforge.search.worker build`), several at once, each
 with a timeout; measurements run in one worker process per GPU (`... run`). Both talk
 JSON lines over pipes (search.worker has the protocol), so only plain records cross the
 process boundary. A worker that dies (abort, illegal address, a CUDA error it reports
@@ -25,13 +25,13 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Sequence
 
-from search.records import ArtifactRecord, MeasureRequest, Result, replace
-from search.supervisor import STARTUP_TIMEOUT_S, Pool, Supervised, Worker, WorkerError
+from gemmforge.search.records import ArtifactRecord, MeasureRequest, Result, replace
+from gemmforge.search.supervisor import STARTUP_TIMEOUT_S, Pool, Supervised, Worker, WorkerError
 
 __all__ = ["BuilderPool", "Built", "DeviceRunner", "WorkerError", "measure"]
 
-DEFAULT_BUILDER = "search.worker:build_one"
-DEFAULT_RUNNER = "search.bench:run_request"
+DEFAULT_BUILDER = "gemmforge.search.worker:build_one"
+DEFAULT_RUNNER = "gemmforge.search.bench:run_request"
 BUILD_TIMEOUT_MARGIN_S = 60.0  # on top of nvcc's own limit, for lowering and start-up
 
 
@@ -51,7 +51,7 @@ class BuilderPool(Supervised):
 
     def __init__(self, workers: int | None = None, timeout_s: float | None = None,
                  builder: str = DEFAULT_BUILDER):
-        from compiler.knobs import knobs
+        from gemmforge.compiler.knobs import knobs
         self.timeout_s = timeout_s or knobs().build_timeout_s + BUILD_TIMEOUT_MARGIN_S
         count = workers or os.cpu_count() or 1
         self._pool = Pool([Worker(["build", builder]) for _ in range(count)])

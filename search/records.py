@@ -199,7 +199,7 @@ class MeasureRequest(_Record):
 
     def problem(self):
         """The ir.Problem this request computes."""
-        from ir.program import Problem
+        from gemmforge.ir.program import Problem
         return Problem(self.m, self.n, self.k, self.layout, self.acc)
 
     @property
@@ -235,8 +235,8 @@ class ArtifactRecord(_Record):
         """The backends.base.Artifact that compiler.runtime.load() takes."""
         from pathlib import Path
 
-        from backends.base import Artifact
-        from ir.program import Accum, Layout
+        from gemmforge.backends.base import Artifact
+        from gemmforge.ir.program import Accum, Layout
         return Artifact(self.key, self.kind, Path(self.path), self.program_text,
                         Layout(self.layout), Accum(self.acc), dict(self.meta))
 

@@ -28,8 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ir.program import Arch, Problem, Program
-from search.records import Result
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.search.records import Result
 
 DATA = Path(__file__).with_name("data")
 CUBLAS_GRID = DATA / "cublas_h200_grid.csv"
@@ -60,7 +60,7 @@ def _unit(*parts) -> float:
 
 def _cap(program: Program) -> float:
     """Peak fraction of the program's instruction path, from the backend's declared data."""
-    from backends import registry
+    from gemmforge.backends import registry
     backend = registry.get(program.backend)
     if backend.mma_shape[2] < 16:
         cap = SIMT_FRACTION
@@ -76,7 +76,7 @@ def _cap(program: Program) -> float:
 def _efficiency(program: Program) -> float:
     """Fraction of the path's peak one CTA sustains: warp-tile reuse, CTA-tile reuse,
     latency hiding by stages, K step, bank conflicts, Hopper extras."""
-    from backends import registry
+    from gemmforge.backends import registry
     t, w = program.tile, program.warps
     wt_m, wt_n = t.bm / w.wm, t.bn / w.wn
     warp = min(1.0, (wt_m * wt_n / (wt_m + wt_n)) / 32)
@@ -96,7 +96,7 @@ def _efficiency(program: Program) -> float:
 def _waves(program: Program, ctas: int) -> float:
     """CTA-times per SM: waves of SMS x (CTAs resident per SM), each resident CTA getting
     its share of the SM (a little better latency hiding with two)."""
-    from backends import registry
+    from gemmforge.backends import registry
     t = program.tile
     smem = program.stages * (t.bm + t.bn) * t.bk * 2
     threads = program.warps.count * registry.get(program.backend).unit_threads
@@ -186,7 +186,7 @@ def load_records(path: Path | str) -> dict[Key, Result]:
     search.report wrote or a JSONL of Result dicts; a later row wins."""
     path = Path(path)
     if path.suffix == ".csv":
-        from search.report import read_csv
+        from gemmforge.search.report import read_csv
         rows = read_csv(path)
     else:
         rows = [Result.from_dict(json.loads(line)) for line in path.read_text().splitlines()
@@ -225,7 +225,7 @@ class ReplayRunner:
 
     def answer(self, program: Program, problem: Problem) -> Result:
         """The Result for one program (see the module docstring for the order)."""
-        from ir.verify import check
+        from gemmforge.ir.verify import check
         text = str(program)
         base = Result(text, problem.m, problem.n, problem.k, str(problem.layout),
                       str(problem.acc), key=program.key)
@@ -255,5 +255,5 @@ class ReplayRunner:
 
 
 def _failed(base: Result, kind: str, message: str) -> Result:
-    from search.records import replace
+    from gemmforge.search.records import replace
     return replace(base, status="failed", kind=kind, message=message)

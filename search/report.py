@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from search.records import Result
+from gemmforge.search.records import Result
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 

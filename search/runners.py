@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ir.program import Arch, Problem, Program
-from search.records import Result
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.search.records import Result
 
 
 class Runner(Protocol):
@@ -38,7 +38,7 @@ class HarnessRunner:
     processes kept for the runner's life. `settings` are the harness's BenchSettings."""
 
     def __init__(self, device_index: int = 0, builders: int | None = None, settings=None):
-        from search.measure import BuilderPool, DeviceRunner
+        from gemmforge.search.measure import BuilderPool, DeviceRunner
         self._runner = DeviceRunner(devices=[device_index])
         self._builders = BuilderPool(builders)
         self.settings = settings
@@ -47,7 +47,7 @@ class HarnessRunner:
         self.archs = archs_for_sm(info.get("sm"))
 
     def evaluate(self, programs: Sequence[Program], problem: Problem) -> list[Result]:
-        from search.env import evaluate
+        from gemmforge.search.env import evaluate
         return evaluate(programs, problem, device_runner=self._runner,
                         builders=self._builders, settings=self.settings)
 

@@ -18,8 +18,8 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from ir.program import Problem
-from search.env import WORST_REWARD
+from gemmforge.ir.program import Problem
+from gemmforge.search.env import WORST_REWARD
 
 DB_FILE = "tuning.db"
 INVALID_VALUE = WORST_REWARD - 1.0
@@ -31,7 +31,7 @@ SQLITE_TIMEOUT_S = 60
 def default_storage() -> str:
     """$GEMMFORGE_TUNE_DB if set (an SQLAlchemy URL), else
     sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
-    from compiler.knobs import knobs
+    from gemmforge.compiler.knobs import knobs
     url = knobs().tune_db
     if url:
         return url

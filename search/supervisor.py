@@ -1,9 +1,9 @@
 """Supervised worker processes: start, talk JSON lines, time out, kill, restart.
 
-    worker = Worker(["run", "search.bench:run_request", "0"])
+    worker = Worker(["run", "gemmforge.search.bench:run_request", "0"])
     reply = worker.call({"request": ...}, timeout_s=120)   # raises WorkerError
 
-A Worker is one `python -m search.worker` process (search.worker has the protocol) in its
+A Worker is one `python -m gemmforge.search.worker` process (search.worker has the protocol) in its
 own session, so killing it kills everything it started (nvcc included). A Pool shares
 several workers among threads, one job per worker at a time. search.measure builds its
 BuilderPool and DeviceRunner on these.
@@ -52,7 +52,7 @@ def _child_env() -> dict[str, str]:
 
 
 class Worker:
-    """One supervised `python -m search.worker` process, used by one thread at a time."""
+    """One supervised `python -m gemmforge.search.worker` process, used by one thread at a time."""
 
     def __init__(self, args: list[str], startup_timeout_s: float = STARTUP_TIMEOUT_S):
         self.args, self.startup_timeout_s = args, startup_timeout_s
@@ -75,7 +75,7 @@ class Worker:
             self.kill()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "search.worker", *self.args], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "gemmforge.search.worker", *self.args], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, start_new_session=True, env=_child_env())
         except OSError as e:
             self.proc = None

@@ -24,19 +24,19 @@ from pathlib import Path
 
 def _runner(args):
     if args.replay:
-        from search.replay import ReplayRunner
+        from gemmforge.search.replay import ReplayRunner
         return ReplayRunner(None if args.replay == "synthetic" else args.replay,
                             archs=(args.arch,))
-    from search.records import BenchSettings
-    from search.runners import HarnessRunner
+    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.runners import HarnessRunner
     return HarnessRunner(args.device, settings=BenchSettings(protocols=("kernel",)))
 
 
 def cmd_train(args) -> int:
-    from compiler.cli import UsageError
-    from ir.program import Arch
-    from policy.learned import LearnedPolicy, default_checkpoint
-    from search.commands import parse_shapes
+    from gemmforge.compiler.cli import UsageError
+    from gemmforge.ir.program import Arch
+    from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
+    from gemmforge.search.commands import parse_shapes
     if args.steps < 1:
         raise UsageError(f"--steps: {args.steps} must be >= 1")
     arch = Arch.parse(args.arch, "--arch")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.program import Problem
-from search.records import Result
+from gemmforge.ir.program import Problem
+from gemmforge.search.records import Result
 
 
 @dataclass(frozen=True)

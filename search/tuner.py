@@ -1,6 +1,6 @@
 """The tuner: one optuna study per (device, problem), fed by optuna's sampler and a policy.
 
-    from search.replay import ReplayRunner           # or HarnessRunner(0) on a GPU machine
+    from gemmforge.search.replay import ReplayRunner           # or HarnessRunner(0) on a GPU machine
     tuner = Tuner(ReplayRunner(), policy=HeuristicPolicy(), storage="sqlite:///t.db",
                   settings=TuneSettings(budget=Budget(trials=32)))
     outcome = tuner.tune(parse_problem("1000x4096x333"))
@@ -37,13 +37,13 @@ import warnings
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from ir.program import Problem
-from ir.space import Space
-from search.env import WORST_REWARD, reward
-from search.records import Result
-from search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
-from search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from search.studies import (fail_stale_trials, heartbeat, make_sampler, measured_trials,
+from gemmforge.ir.program import Problem
+from gemmforge.ir.space import Space
+from gemmforge.search.env import WORST_REWARD, reward
+from gemmforge.search.records import Result
+from gemmforge.search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
+from gemmforge.search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
+from gemmforge.search.studies import (fail_stale_trials, heartbeat, make_sampler, measured_trials,
                              open_storage, study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
@@ -137,7 +137,7 @@ class Tuner:
         return self._confirm(study, problem, outcome) if self.settings.confirm else outcome
 
     def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
-        from search.confirm import confirm, source_of
+        from gemmforge.search.confirm import confirm, source_of
         start = time.monotonic()
         best, measured = confirm(self.runner, study, problem, self.settings.confirm,
                                  self.database, self.settings.command)
@@ -168,7 +168,7 @@ class Tuner:
 
     def _observe_history(self, study, problem: Problem) -> None:
         """Let the policy observe results stored by earlier runs or other workers."""
-        from ir.text import parse
+        from gemmforge.ir.text import parse
         if self.policy is None:
             return
         for t in measured_trials(study.get_trials(deepcopy=False)):
@@ -204,7 +204,7 @@ class Tuner:
     def _ask(self, study, space: Space, problem: Problem, room: int) -> list[tuple]:
         """Up to `room` (trial, program, source) to measure; invalid and duplicate asks are
         told at once; after max_rejects of them in a row a random legal program is queued."""
-        from ir.verify import check
+        from gemmforge.ir.verify import check
         known, batch, rejects = self._known(study), [], 0
         for _ in range(room * self.settings.max_rejects * 4):
             if len(batch) == room:

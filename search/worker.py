@@ -1,7 +1,7 @@
 """The worker process behind search.measure: one JSON request per line in, one reply out.
 
-    python -m search.worker build search.worker:build_one
-    python -m search.worker run search.bench:run_request 0
+    python -m gemmforge.search.worker build search.worker:build_one
+    python -m gemmforge.search.worker run search.bench:run_request 0
 
 The last argument of `run` is the CUDA device index. SPEC names the function that does the
 work, as "package.module:function" or "/path/to/file.py:function": that is how tests inject
@@ -40,10 +40,10 @@ import time
 import traceback
 from pathlib import Path
 
-from backends.base import BuildError
-from ir.program import IRError
-from search.gate import GateFailure
-from search.records import ArtifactRecord, MeasureRequest, Result
+from gemmforge.backends.base import BuildError
+from gemmforge.ir.program import IRError
+from gemmforge.search.gate import GateFailure
+from gemmforge.search.records import ArtifactRecord, MeasureRequest, Result
 
 EXIT_AFTER_ERROR = 3
 """Exit status of a worker that stopped on purpose after an error it can't recover from."""
@@ -69,9 +69,9 @@ def build_one(request: MeasureRequest, target_sm: int | None) -> ArtifactRecord:
     """Verify, lower and build `request`'s program (compiler.pipeline.compile) for a device
     of compute capability `target_sm` (None: the program's own arch). Raises ir.IRError
     (VerifyError included) or backends.BuildError."""
-    from backends.base import Target
-    from compiler.pipeline import compile as compile_program
-    from ir.text import parse
+    from gemmforge.backends.base import Target
+    from gemmforge.compiler.pipeline import compile as compile_program
+    from gemmforge.ir.text import parse
     artifact = compile_program(parse(request.program), request.problem(), Target(target_sm))
     return ArtifactRecord.from_artifact(artifact)
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve requests on stdin until it closes (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (2, 3) or argv[0] not in _HANDLERS:
-        print("usage: python -m search.worker {build|run} SPEC [DEVICE]", file=sys.stderr)
+        print("usage: python -m gemmforge.search.worker {build|run} SPEC [DEVICE]", file=sys.stderr)
         return 2
     role, spec = argv[0], argv[1]
     device = int(argv[2]) if len(argv) == 3 else None

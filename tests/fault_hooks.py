@@ -18,8 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from search import gate
-from search.records import ArtifactRecord, Result, replace
+from gemmforge.search import gate
+from gemmforge.search.records import ArtifactRecord, Result, replace
 
 OK, ABORT, EXIT, HANG, RAISE, CUDA_ERROR, WRONG, UNWRITTEN, SPAWN, QUICK_OK, SLOW_OK = \
     range(11, 22)

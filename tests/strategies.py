@@ -1,7 +1,7 @@
 """Hypothesis strategies over IR values."""
 from hypothesis import strategies as st
 
-from ir.program import (
+from gemmforge.ir.program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_LIMITS,
     Arch, Cluster, Epilogue, L2Hint, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
     SplitK, Swizzle, Tile, WarpSpec, Warps,

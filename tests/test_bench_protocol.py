@@ -17,8 +17,8 @@ import types
 import pytest
 import torch
 
-from search import bench, gate, timing
-from search.records import ArtifactRecord, BenchSettings, MeasureRequest
+from gemmforge.search import bench, gate, timing
+from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
 
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
 NN_US, TN_US, FLUSH_US = 7.0, 6.0, 40.0
@@ -231,7 +231,7 @@ def test_requests_for_a_problem_share_memory_with_fresh_values(simulate, monkeyp
 
 
 def test_operand_pool_keeps_recent_problems_within_its_limit():
-    from ir import Problem
+    from gemmforge.ir import Problem
     pool = bench.OperandPool(limit=2 * 5 * 72 * 64 * 2, device="cpu")  # two problems' worth
     first = {m: pool.take(Problem(m, 64, 64))["a"] for m in (64, 64 + 8, 64 + 16)}
     assert [key[0] for key in pool.kept] == [64 + 8, 64 + 16]  # the 64-row problem's went

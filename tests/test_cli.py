@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from compiler.cli import main
-from ir import parse, to_json
+from gemmforge.compiler.cli import main
+from gemmforge.ir import parse, to_json
 
 GOOD = "cuda_simt sm_80 64x64x32 w2x2 s3 swpad col/4 pred k1 dp c1x1 nows direct"
 
@@ -78,8 +78,8 @@ def test_bench_bad_input(capsys, argv, message):
 
 
 def test_bench_candidates_are_legal_for_each_shape():
-    from ir import Arch, Problem, check
-    from search.bench_cli import candidates
+    from gemmforge.ir import Arch, Problem, check
+    from gemmforge.search.bench_cli import candidates
     odd = Problem(17, 33, 65)
     tma = parse("triton sm_90a 128x128x64 w2x2 s4 swnone row/8 pred k1 persistent c1x1 nows tma")
     chosen = candidates(odd, [tma, parse(GOOD)], ["cuda_mma"], Arch.SM80)
@@ -122,7 +122,7 @@ def test_train_policy_then_tune_with_it(capsys, tmp_path):
                        "--backends", "triton", "--replay", "synthetic",
                        "--checkpoint", str(ckpt))
     assert code == 0 and f"wrote {ckpt}" in out and ckpt.exists()
-    from policy.learned import LearnedPolicy
+    from gemmforge.policy.learned import LearnedPolicy
     assert LearnedPolicy.load(ckpt).vocab.variants
     before = ckpt.stat().st_mtime_ns
     code, out, _ = run(capsys, "tune", "--shapes", "64x128x256", "--budget", "4", "--quiet",

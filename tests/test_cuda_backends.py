@@ -2,11 +2,11 @@
 of emitted files succeed for sm_80 and sm_90a over all three paths (no GPU needed)."""
 import pytest
 
-from backends import registry
-from backends.base import Target
-from compiler import nvcc
-from compiler.emit import emit
-from ir import Problem, parse
+from gemmforge.backends import registry
+from gemmforge.backends.base import Target
+from gemmforge.compiler import nvcc
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Problem, parse
 
 PATHS = {
     "cuda_simt": "cuda_simt {arch} 64x64x32 w2x2 s3 swpad col/4 pred k1 dp c1x1 nows direct",

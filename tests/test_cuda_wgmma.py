@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from backends import registry
-from backends.base import Target
-from compiler import nvcc
-from compiler.emit import emit
-from ir import Arch, Problem, check, parse
+from gemmforge.backends import registry
+from gemmforge.backends.base import Target
+from gemmforge.compiler import nvcc
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Arch, Problem, check, parse
 
 COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"
 NOWS = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k3 persistent c1x1 nows direct"
@@ -232,7 +232,7 @@ def test_cluster_source_multicasts_and_releases_across_the_cluster():
 def test_setmaxnreg_stays_inside_the_ctas_register_pool(warps):
     """setmaxnreg.inc only gets what the producer's .dec released: the per-warpgroup counts
     after the moves must fit the launch allocation, or the consumers wait forever."""
-    from backends.cuda_wgmma.context import geometry
+    from gemmforge.backends.cuda_wgmma.context import geometry
     g = geometry(parse(with_(COOP, tile="256x256x64", warps=warps)), ALIGNED.layout)
     c, entry = g["consumers"], min(256, (g["entry_regs"] + 7) // 8 * 8)
     assert g["producer_regs"] + c * g["consumer_regs"] <= (c + 1) * entry

@@ -3,14 +3,14 @@ nvcc compiles against the nvidia-cutlass headers (two sm_90a, one sm_80), whose 
 GMMA and TMA. No GPU needed; the compiles skip when nvcc or the CUTLASS headers are missing."""
 import pytest
 
-from backends import registry
-from backends.base import BuildError, Target
-from backends.cute_cpp import cutlass
-from backends.cute_cpp.legality import sm90_smem_bytes
-from compiler import nvcc
-from compiler.emit import emit
-from ir import Problem, parse
-from ir.verify import check
+from gemmforge.backends import registry
+from gemmforge.backends.base import BuildError, Target
+from gemmforge.backends.cute_cpp import cutlass
+from gemmforge.backends.cute_cpp.legality import sm90_smem_bytes
+from gemmforge.compiler import nvcc
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Problem, parse
+from gemmforge.ir.verify import check
 
 needs_cutlass = pytest.mark.skipif(
     cutlass.include_dirs() is None,

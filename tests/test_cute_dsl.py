@@ -6,12 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from backends import registry
-from backends.base import BuildError, Target
-from backends.cute_dsl import suite, toolchain
-from compiler import nvcc, pipeline
-from ir import Problem, parse
-from ir.verify import check
+from gemmforge.backends import registry
+from gemmforge.backends.base import BuildError, Target
+from gemmforge.backends.cute_dsl import suite, toolchain
+from gemmforge.compiler import nvcc, pipeline
+from gemmforge.ir import Problem, parse
+from gemmforge.ir.verify import check
 
 SM90 = "cute_dsl sm_90a 128x256x64 w8x1 s3 sw128 row/8 pred k1 persistent c1x1 coop tma"
 SM90_CLUSTER = "cute_dsl sm_90a 128x128x64 w4x1 s4 sw128 col/4 pred k1 dp c2x1 coop tma"

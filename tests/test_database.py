@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ir.program import Arch, Problem
-from ir.text import parse
-from search.database import TunedDatabase, distance, lookup
-from search.records import Result
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse
+from gemmforge.search.database import TunedDatabase, distance, lookup
+from gemmforge.search.records import Result
 
 MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
 SMALL = "cuda_mma sm_90a 64x64x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import fault_hooks as hooks
-from ir.program import Problem
-from ir.text import parse
-from search import env
-from search.measure import BuilderPool, DeviceRunner
-from search.records import BenchSettings, Result
+from gemmforge.ir.program import Problem
+from gemmforge.ir.text import parse
+from gemmforge.search import env
+from gemmforge.search.measure import BuilderPool, DeviceRunner
+from gemmforge.search.records import BenchSettings, Result
 
 HOOKS = f"{Path(hooks.__file__).resolve()}:"
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"

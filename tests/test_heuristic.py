@@ -1,9 +1,9 @@
 """The heuristic policy proposes only legal programs, for every backend it is given."""
 import pytest
 
-from backends import registry
-from ir import Arch, check, parse_problem
-from policy.heuristic import SEED_MIN_FLOPS, HeuristicPolicy, default_program
+from gemmforge.backends import registry
+from gemmforge.ir import Arch, check, parse_problem
+from gemmforge.policy.heuristic import SEED_MIN_FLOPS, HeuristicPolicy, default_program
 
 SHAPES = ["8192x8192x8192", "64x64x64", "17x33x65 nt f16", "4096x64x8192"]
 

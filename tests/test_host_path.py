@@ -13,14 +13,14 @@ import types
 import pytest
 import torch
 
-from backends.base import Artifact
-from backends.triton import runtime as triton_runtime
-from backends.triton import toolchain
-from backends.triton.plan import DESCRIPTOR_BASES, KernelPlan, aligned_params, make_plan
-from backends.triton.runtime import DevicePointer, TritonKernel, fill_per_call, make_descriptors
-from compiler import runtime as core
-from ir import Problem, parse, verify
-from ir.program import Accum, Layout
+from gemmforge.backends.base import Artifact
+from gemmforge.backends.triton import runtime as triton_runtime
+from gemmforge.backends.triton import toolchain
+from gemmforge.backends.triton.plan import DESCRIPTOR_BASES, KernelPlan, aligned_params, make_plan
+from gemmforge.backends.triton.runtime import DevicePointer, TritonKernel, fill_per_call, make_descriptors
+from gemmforge.compiler import runtime as core
+from gemmforge.ir import Problem, parse, verify
+from gemmforge.ir.program import Accum, Layout
 
 SMS = 132
 DIRECT = "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct"
@@ -246,7 +246,7 @@ def test_real_triton_entries_pass_the_same_arguments(tmp_path):
     """A real CompiledKernel (sm_90a, compiled on the CPU): its runner and compiled.run
     as the runtime calls it hand the launcher the same grid, stream and arguments."""
     pytest.importorskip("triton")
-    from backends import registry
+    from gemmforge.backends import registry
     problem = Problem(256, 256, 256)
     program = verify(parse(TMA), problem)
     (tmp_path / "kernel.py").write_text(registry.get("triton").lower(program, problem).text)

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends import registry
-from ir import IRError, from_json, parse, parse_problem, program_schema, to_json, to_text
-from ir.program import Problem, Program
-from ir.schema import checked_in_schema
-from ir.verify import check
+from gemmforge.backends import registry
+from gemmforge.ir import IRError, from_json, parse, parse_problem, program_schema, to_json, to_text
+from gemmforge.ir.program import Problem, Program
+from gemmforge.ir.schema import checked_in_schema
+from gemmforge.ir.verify import check
 from tests.strategies import programs
 
 EXAMPLE = "cuda_mma sm_80 128x128x32 w2x2 s3 sw128 row/8 pred k4a dp c1x1 nows direct"

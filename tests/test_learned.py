@@ -9,15 +9,15 @@ import random
 import pytest
 import torch
 
-from ir.program import Arch, Problem
-from ir.space import variant
-from ir.text import parse
-from ir.verify import check
-from policy.learned import LearnedPolicy
-from policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
-from search.commands import GRID
-from search.env import reward
-from search.replay import ReplayRunner
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.space import variant
+from gemmforge.ir.text import parse
+from gemmforge.ir.verify import check
+from gemmforge.policy.learned import LearnedPolicy
+from gemmforge.policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
+from gemmforge.search.commands import GRID
+from gemmforge.search.env import reward
+from gemmforge.search.replay import ReplayRunner
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in GRID.read_text().split()]
 BACKENDS = ("cuda_mma", "triton", "cuda_simt")

@@ -6,12 +6,12 @@ import threading
 
 import pytest
 
-from ir import Arch, parse_problem, to_json
-from policy.dataset import (
+from gemmforge.ir import Arch, parse_problem, to_json
+from gemmforge.policy.dataset import (
     FIELDS, DatasetWriter, grpo_prompts, make_reward_fn, make_row, read_rows, top_rows,
 )
-from policy.heuristic import HeuristicPolicy
-from policy.prompts import FAILED_REWARD, build_prompt
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.policy.prompts import FAILED_REWARD, build_prompt
 
 PROBLEM = parse_problem("1000x4096x333 nn f32")
 OTHER = parse_problem("64x64x4096 nt f16")

@@ -9,13 +9,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import jsonschema
 import pytest
 
-from ir import Arch, parse_problem, to_json
-from policy.base import Policy
-from policy.heuristic import HeuristicPolicy
-from policy.lineage import Lineage
-from policy.llm import LLMPolicy, from_cli, parse_reply, reply_schema
-from policy.prompts import FAILED_REWARD, PromptConfig, build_prompt, pick_examples
-from policy.samplers import OpenAISampler, SamplerError, VLLMSampler
+from gemmforge.ir import Arch, parse_problem, to_json
+from gemmforge.policy.base import Policy
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.policy.lineage import Lineage
+from gemmforge.policy.llm import LLMPolicy, from_cli, parse_reply, reply_schema
+from gemmforge.policy.prompts import FAILED_REWARD, PromptConfig, build_prompt, pick_examples
+from gemmforge.policy.samplers import OpenAISampler, SamplerError, VLLMSampler
 
 PROBLEM = parse_problem("1000x4096x333 nn f32")
 ARCH = Arch.SM90A
@@ -55,7 +55,7 @@ def test_prompt_states_the_problem_and_the_hardware():
 
 
 def test_prompt_lists_backends_with_their_legal_values():
-    from backends import registry
+    from gemmforge.backends import registry
     text = build_prompt(PROBLEM, ARCH).user
     for be in registry.all():
         assert f"- {be.name}: {be.instruction}" in text
@@ -98,7 +98,7 @@ def test_prompt_lists_programs_to_avoid():
 
 
 def test_failed_reward_matches_the_search_floor():
-    from search.env import WORST_REWARD
+    from gemmforge.search.env import WORST_REWARD
     assert FAILED_REWARD == WORST_REWARD
 
 
@@ -196,7 +196,7 @@ def test_a_sampler_failure_is_a_failed_proposal_not_a_crash():
 
 
 def test_observe_links_the_child_to_the_best_shown_and_writes_a_row(tmp_path):
-    from policy.dataset import read_rows
+    from gemmforge.policy.dataset import read_rows
     lineage = seeded_lineage()
     best = lineage.best(1)[0][0]
     fresh = legal_programs(7)[6]

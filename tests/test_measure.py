@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 import fault_hooks as hooks
-from ir.program import Problem
-from ir.text import parse
-from search import bench, gate, report
-from search.measure import BuilderPool, DeviceRunner, measure
-from search.records import (
+from gemmforge.ir.program import Problem
+from gemmforge.ir.text import parse
+from gemmforge.search import bench, gate, report
+from gemmforge.search.measure import BuilderPool, DeviceRunner, measure
+from gemmforge.search.records import (
     FAILURE_KINDS, ArtifactRecord, BenchSettings, MeasureRequest, Result,
 )
 

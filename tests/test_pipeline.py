@@ -4,11 +4,11 @@ import stat
 
 import pytest
 
-from backends import registry
-from backends.base import BuildError, Target
-from compiler import pipeline
-from compiler.artifacts import ArtifactCache
-from ir import Problem, VerifyError, parse
+from gemmforge.backends import registry
+from gemmforge.backends.base import BuildError, Target
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.artifacts import ArtifactCache
+from gemmforge.ir import Problem, VerifyError, parse
 
 P = parse("cuda_simt sm_80 32x32x32 w1x1 s2 swnone row/1 pred k1 dp c1x1 nows direct")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from ir.program import Problem
-from search.commands import run_workers
-from search.database import TunedDatabase
+from gemmforge.ir.program import Problem
+from gemmforge.search.commands import run_workers
+from gemmforge.search.database import TunedDatabase
 
 USER = "gemmforge"
 

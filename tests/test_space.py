@@ -8,10 +8,10 @@ import random
 import optuna
 import pytest
 
-from backends import registry
-from ir.program import Arch, Problem
-from ir.space import KNOBS, Space, Variant, assemble, knob_value, variant
-from ir.verify import check
+from gemmforge.backends import registry
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.space import KNOBS, Space, Variant, assemble, knob_value, variant
+from gemmforge.ir.verify import check
 
 PROBLEM = Problem(1000, 4096, 336)
 

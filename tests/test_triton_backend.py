@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from backends import registry
-from backends.base import BuildError, Target
-from backends.triton import toolchain
-from backends.triton.plan import KernelPlan, LaunchPlan, aligned_params, make_plan
-from compiler import pipeline
-from compiler.artifacts import ArtifactCache
-from compiler.runtime import _LOADERS
-from ir import Problem, VerifyError, check, parse, verify
+from gemmforge.backends import registry
+from gemmforge.backends.base import BuildError, Target
+from gemmforge.backends.triton import toolchain
+from gemmforge.backends.triton.plan import KernelPlan, LaunchPlan, aligned_params, make_plan
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.artifacts import ArtifactCache
+from gemmforge.compiler.runtime import _LOADERS
+from gemmforge.ir import Problem, VerifyError, check, parse, verify
 
 try:
     import triton  # noqa: F401
@@ -142,7 +142,7 @@ def test_compile_refuses_a_plan_out_of_the_kernels_parameter_order(tmp_path):
 
 
 def test_capability_rule():
-    from ir.program import Arch
+    from gemmforge.ir.program import Arch
     assert toolchain.capability_for(Arch.SM80, None) == (80, {})
     assert toolchain.capability_for(Arch.SM80, 90) == (90, {"DISABLE_MMA_V3": "1"})
     assert toolchain.capability_for(Arch.SM90A, None) == (90, {})
@@ -177,7 +177,7 @@ def interpret(text, problem, folder, num_sms=3):
     """Run the rendered kernel.py through the plan, as the runtime would, on CPU tensors;
     returns the relative Frobenius error against fp32 (NaN if any output was unwritten)."""
     import torch
-    from backends.triton.runtime import make_descriptors
+    from gemmforge.backends.triton.runtime import make_descriptors
     program, (m, n, k) = verify(parse(text), problem), (problem.m, problem.n, problem.k)
     (folder / "kernel.py").write_text(registry.get("triton").lower(program, problem).text)
     module, plan = toolchain.load_module(folder / "kernel.py"), make_plan(program, problem)

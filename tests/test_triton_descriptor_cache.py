@@ -1,4 +1,4 @@
-"""backends.triton.runtime's CUtensorMap reuse: Triton's per-launch descriptor encoding,
+"""gemmforge.backends.triton.runtime's CUtensorMap reuse: Triton's per-launch descriptor encoding,
 memoised on everything it reads, gives the same arguments and encodes once per buffer."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from backends.triton import runtime  # noqa: E402
+from gemmforge.backends.triton import runtime  # noqa: E402
 
 
 class Counting:

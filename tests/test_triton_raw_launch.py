@@ -1,4 +1,4 @@
-"""backends.triton.launcher: launching through Triton's C launcher directly hands it the
+"""gemmforge.backends.triton.launcher: launching through Triton's C launcher directly hands it the
 same arguments as launching through `compiled.run`, for every plan kind (split-K, atomic,
 TMA, TMA split-K), and encodes each TMA descriptor once per buffer set instead of once per
 launch. Triton 3.6's CudaLauncher (the release the raw path was read from) is played by a
@@ -16,10 +16,10 @@ pytest.importorskip("triton")
 import triton  # noqa: E402
 from triton.backends.nvidia import driver  # noqa: E402
 
-from backends.triton import launcher as raw_module  # noqa: E402
-from backends.triton import toolchain  # noqa: E402
-from backends.triton.launcher import raw_launcher  # noqa: E402
-from ir import Problem  # noqa: E402
+from gemmforge.backends.triton import launcher as raw_module  # noqa: E402
+from gemmforge.backends.triton import toolchain  # noqa: E402
+from gemmforge.backends.triton.launcher import raw_launcher  # noqa: E402
+from gemmforge.ir import Problem  # noqa: E402
 from test_host_path import A, B, C, PLANS, SHAPES, WS, device, triton_kernel  # noqa: E402,F401
 
 

@@ -1,4 +1,4 @@
-"""search.tuner on the replay runner: policy proposals and sampler trials in one study, the
+"""gemmforge.search.tuner on the replay runner: policy proposals and sampler trials in one study, the
 best recorded program found within budget, verify failures as FAIL trials, budgets, and
 resume after an exception or a killed process with no finished trial lost."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from ir.program import Arch, Problem
-from policy.heuristic import HeuristicPolicy
-from search import replay
-from search.database import TunedDatabase
-from search.records import replace
-from search.tuner import Budget, Tuner, TuneSettings
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.search import replay
+from gemmforge.search.database import TunedDatabase
+from gemmforge.search.records import replace
+from gemmforge.search.tuner import Budget, Tuner, TuneSettings
 
 PROBLEM = Problem(512, 2048, 1024)
 ARCHS = ("sm_90a",)
@@ -99,10 +99,10 @@ def test_resume_after_an_exception_loses_nothing(tmp_path):
 
 _WORKER = textwrap.dedent("""
     import sys
-    from ir.program import Problem
-    from policy.heuristic import HeuristicPolicy
-    from search.replay import ReplayRunner
-    from search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.ir.program import Problem
+    from gemmforge.policy.heuristic import HeuristicPolicy
+    from gemmforge.search.replay import ReplayRunner
+    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(budget=Budget(40), backends=("cuda_mma",), batch=4, seed=0,
                             heartbeat_s=1, grace_s=2)
     runner = ReplayRunner(archs=("sm_90a",), delay_s=0.1)
@@ -146,7 +146,7 @@ def test_resume_after_a_killed_process_loses_nothing(tmp_path):
 def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
     """ask() makes a trial RUNNING before the tuner records its first heartbeat; a process
     killed in between leaves a RUNNING trial with no heartbeat, which must not stay forever."""
-    from search.studies import fail_stale_trials, open_storage
+    from gemmforge.search.studies import fail_stale_trials, open_storage
     storage = open_storage(_url(tmp_path), heartbeat_s=1, grace_s=1)
     study = optuna.create_study(storage=storage, study_name="orphan")
     study.enqueue_trial({"x": 1})

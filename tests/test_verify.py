@@ -1,9 +1,9 @@
 """verify() rejects illegal programs with a message naming the field and the limit."""
 import pytest
 
-from ir import Problem, VerifyError, parse, verify
-from ir import graph
-from ir.verify import check
+from gemmforge.ir import Problem, VerifyError, parse, verify
+from gemmforge.ir import graph
+from gemmforge.ir.verify import check
 
 OK = "cuda_mma sm_80 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
 
@@ -60,9 +60,9 @@ def test_illegal_programs_name_field_and_limit(text, message):
 
 def test_arch_lacking_the_instruction(monkeypatch):
     """A backend built on an sm_90a-only instruction is refused on sm_80, naming both."""
-    from backends import registry
-    from backends.base import Backend
-    from ir.program import Arch
+    from gemmforge.backends import registry
+    from gemmforge.backends.base import Backend
+    from gemmforge.ir.program import Arch
 
     class FakeWgmma(Backend):
         name, archs, instruction, mma_shape, unit_threads = \

@@ -1,4 +1,4 @@
 """The cuda backend family (cuda_simt, cuda_wmma, cuda_mma): raw CUDA from jinja2 templates."""
-from backends.cuda.backend import CudaMma, CudaSimt, CudaWmma
+from gemmforge.backends.cuda.backend import CudaMma, CudaSimt, CudaWmma
 
 __all__ = ["CudaMma", "CudaSimt", "CudaWmma"]

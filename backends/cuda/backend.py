@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from backends import register
-from backends.base import Artifact, Backend, Source, Target
-from backends.cuda.context import make_context
-from backends.templating import fingerprint, render
-from compiler import nvcc
-from ir.program import (
+from gemmforge.backends import register
+from gemmforge.backends.base import Artifact, Backend, Source, Target
+from gemmforge.backends.cuda.context import make_context
+from gemmforge.backends.templating import fingerprint, render
+from gemmforge.compiler import nvcc
+from gemmforge.ir.program import (
     DEFAULTS, Arch, Problem, Program, Swizzle,
 )
 

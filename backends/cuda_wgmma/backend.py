@@ -65,15 +65,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends import register
-from backends.base import Source
-from backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
-from backends.cuda_wgmma.context import (
+from gemmforge.backends import register
+from gemmforge.backends.base import Source
+from gemmforge.backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
+from gemmforge.backends.cuda_wgmma.context import (
     ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, make_context, reason,
 )
-from backends.templating import fingerprint, render
-from compiler import nvcc
-from ir.program import (
+from gemmforge.backends.templating import fingerprint, render
+from gemmforge.compiler import nvcc
+from gemmforge.ir.program import (
     Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program, Schedule, WarpSpec,
 )
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from backends import register
-from backends.base import Artifact, Backend, BuildError, Source, Target
-from backends.cute_cpp import cutlass, legality
-from backends.cute_cpp.context import make_context
-from backends.cute_cpp.kernels import RASTERS
-from backends.templating import fingerprint, render
-from compiler import nvcc
-from ir.program import Arch, Problem, Program, Swizzle
+from gemmforge.backends import register
+from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.cute_cpp import cutlass, legality
+from gemmforge.backends.cute_cpp.context import make_context
+from gemmforge.backends.cute_cpp.kernels import RASTERS
+from gemmforge.backends.templating import fingerprint, render
+from gemmforge.compiler import nvcc
+from gemmforge.ir.program import Arch, Problem, Program, Swizzle
 
 TEMPLATES = Path(__file__).with_name("templates")
 # CuTe's constexpr helpers are called from device code; the other flags match compile_cuda's.

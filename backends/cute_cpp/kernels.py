@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ir.program import (
+from gemmforge.ir.program import (
     Epilogue, Raster, RasterOrder, Reduction, Schedule, WarpSpec, Warps,
 )
 

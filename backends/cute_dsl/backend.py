@@ -38,12 +38,12 @@ import functools
 import hashlib
 from pathlib import Path
 
-from backends import register
-from backends.base import Artifact, Backend, BuildError, Source, Target
-from backends.cute_dsl import plan as planning
-from backends.cute_dsl import toolchain
-from backends.templating import render
-from ir.program import (
+from gemmforge.backends import register
+from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.cute_dsl import plan as planning
+from gemmforge.backends.cute_dsl import toolchain
+from gemmforge.backends.templating import render
+from gemmforge.ir.program import (
     Arch, Cluster, Epilogue, Padding, Problem, Program, Schedule, SplitK, Swizzle, WarpSpec,
 )
 

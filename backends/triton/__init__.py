@@ -4,7 +4,7 @@ sm_80 (mma.sync) and sm_90a (wgmma, optionally TMA), launched through `@loader("
 Importing this package registers the backend and its loader; triton itself is imported
 only when a program is built or loaded.
 """
-from backends.triton import runtime  # noqa: F401  (registers the "triton" loader)
-from backends.triton.backend import TritonBackend
+from gemmforge.backends.triton import runtime  # noqa: F401  (registers the "triton" loader)
+from gemmforge.backends.triton.backend import TritonBackend
 
 __all__ = ["TritonBackend"]

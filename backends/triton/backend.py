@@ -9,16 +9,16 @@ import json
 import traceback
 from pathlib import Path
 
-from backends import register
-from backends.base import Artifact, Backend, BuildError, Source, Target
-from backends.templating import fingerprint as template_fingerprint
-from backends.templating import render
-from backends.triton import toolchain
-from backends.triton.plan import (
+from gemmforge.backends import register
+from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.templating import fingerprint as template_fingerprint
+from gemmforge.backends.templating import render
+from gemmforge.backends.triton import toolchain
+from gemmforge.backends.triton.plan import (
     TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, aligned_params, make_plan, template_context, uses_tma,
 )
-from ir.arch import LIMITS
-from ir.program import (
+from gemmforge.ir.arch import LIMITS
+from gemmforge.ir.program import (
     DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Schedule, Swizzle, WarpSpec,
 )
 

@@ -28,9 +28,9 @@ import sys
 import threading
 from pathlib import Path
 
-from backends.base import BuildError
-from backends.triton.plan import ALIGN_HINT, KernelPlan, LaunchPlan
-from ir.program import Arch
+from gemmforge.backends.base import BuildError
+from gemmforge.backends.triton.plan import ALIGN_HINT, KernelPlan, LaunchPlan
+from gemmforge.ir.program import Arch
 
 AMPERE, HOPPER, BLACKWELL = 80, 90, 100
 WARP_SIZE = 32

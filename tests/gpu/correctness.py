@@ -1,6 +1,6 @@
 """What every GPU correctness test shares: operands, the tolerance, the error measure."""
-from ir import Problem
-from search import gate
+from gemmforge.ir import Problem
+from gemmforge.search import gate
 
 
 def tolerance(k: int, acc: str) -> float:

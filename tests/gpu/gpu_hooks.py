@@ -14,9 +14,9 @@ search.bench.run_group with the same tampering, so groups run too. Loaded by fil
 """
 from __future__ import annotations
 
-from compiler.runtime import Kernel
-from compiler.runtime import load as runtime_load
-from search import bench
+from gemmforge.compiler.runtime import Kernel
+from gemmforge.compiler.runtime import load as runtime_load
+from gemmforge.search import bench
 
 setup = bench.setup      # the worker calls these exactly as it would call bench's own
 healthy = bench.healthy

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from compiler import pipeline
-from compiler.emit import build_selftest, emit
-from ir import Problem, parse
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.emit import build_selftest, emit
+from gemmforge.ir import Problem, parse
 from tests.gpu.correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu
@@ -93,7 +93,7 @@ def test_standalone_file_passes_its_own_check(tmp_path, text, layout, acc):
 def test_ops_matmul_drop_in(layout):
     """compiler.ops.matmul picks a program (database or heuristic), builds it once, runs it."""
     import torch
-    from compiler.ops import matmul
+    from gemmforge.compiler.ops import matmul
     a, b, b_arg = operands(1000, 4096, 333, layout)
     out = matmul(a, b_arg, layout=layout)
     ref = a.float() @ b.float()

@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from compiler import pipeline
-from compiler.emit import build_selftest, emit
-from ir import Problem, parse
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.emit import build_selftest, emit
+from gemmforge.ir import Problem, parse
 from tests.gpu.correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu

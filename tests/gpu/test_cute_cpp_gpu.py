@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from backends.cute_cpp import cutlass
-from compiler import nvcc, pipeline
-from compiler.emit import emit
-from ir import Problem, parse
+from gemmforge.backends.cute_cpp import cutlass
+from gemmforge.compiler import nvcc, pipeline
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Problem, parse
 from tests.gpu.correctness import operands, relative_error, tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BuildError
-from backends.cute_dsl import suite, toolchain
-from backends.cute_dsl.plan import problem_align
-from compiler import pipeline
-from compiler.artifacts import ArtifactCache
-from ir import Problem, parse
+from gemmforge.backends.base import BuildError
+from gemmforge.backends.cute_dsl import suite, toolchain
+from gemmforge.backends.cute_dsl.plan import problem_align
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.artifacts import ArtifactCache
+from gemmforge.ir import Problem, parse
 from tests.gpu.correctness import assert_matches_reference
 
 pytestmark = pytest.mark.gpu

@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ir.program import Problem  # noqa: E402
-from ir.text import parse  # noqa: E402
-from search import env, gate, report  # noqa: E402
-from search.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
-from search.records import BenchSettings, MeasureRequest  # noqa: E402
-from search.worker import resolve  # noqa: E402
+from gemmforge.ir.program import Problem  # noqa: E402
+from gemmforge.ir.text import parse  # noqa: E402
+from gemmforge.search import env, gate, report  # noqa: E402
+from gemmforge.search.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
+from gemmforge.search.records import BenchSettings, MeasureRequest  # noqa: E402
+from gemmforge.search.worker import resolve  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

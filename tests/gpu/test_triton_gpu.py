@@ -12,10 +12,10 @@ compiled for sm_90 with tl.dot kept on mma.sync).
 
 import pytest
 
-from compiler import pipeline
-from compiler.artifacts import ArtifactCache
-from ir import Problem, check, parse
-from ir.program import Epilogue
+from gemmforge.compiler import pipeline
+from gemmforge.compiler.artifacts import ArtifactCache
+from gemmforge.ir import Problem, check, parse
+from gemmforge.ir.program import Epilogue
 from tests.gpu.correctness import assert_matches_reference, operands, relative_error
 
 pytestmark = pytest.mark.gpu

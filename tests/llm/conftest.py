@@ -43,7 +43,7 @@ def model_dir() -> Path:
 @pytest.fixture(scope="session")
 def engine_sampler(model_dir):
     """One offline vLLM engine for the whole session (it takes ~30 s to start)."""
-    from policy.samplers import VLLMSampler
+    from gemmforge.policy.samplers import VLLMSampler
     sampler = VLLMSampler(model_dir, **ENGINE_OPTS)
     sampler.llm  # start now, so tests time sampling, not start-up
     return sampler

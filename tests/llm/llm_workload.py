@@ -8,10 +8,10 @@ import time
 
 import jsonschema
 
-from ir import Arch, parse_problem
-from policy.heuristic import HeuristicPolicy
-from policy.lineage import Lineage
-from policy.llm import reply_schema
+from gemmforge.ir import Arch, parse_problem
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.policy.lineage import Lineage
+from gemmforge.policy.llm import reply_schema
 
 ARCH = Arch.SM90A
 PROBLEMS = [parse_problem(s) for s in ("1000x4096x333 nn f32", "4096x4096x4096 nn f32",
@@ -30,8 +30,8 @@ ENGINE_OPTS = {"enforce_eager": True, "max_num_batched_tokens": 32768}
 
 def reward_of(program, problem) -> float:
     """The replay runner's reward for `program` (its synthetic H200 model)."""
-    from search.env import reward
-    from search.replay import ReplayRunner
+    from gemmforge.search.env import reward
+    from gemmforge.search.replay import ReplayRunner
     return reward(ReplayRunner().evaluate([program], problem)[0])
 
 

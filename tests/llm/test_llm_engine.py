@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from ir.text import parse
-from ir.verify import check
+from gemmforge.ir.text import parse
+from gemmforge.ir.verify import check
 from llm_workload import ARCH, PROBLEMS, run, seeded_lineage
-from policy.dataset import read_rows
-from policy.llm import LLMPolicy
+from gemmforge.policy.dataset import read_rows
+from gemmforge.policy.llm import LLMPolicy
 
 pytestmark = pytest.mark.skipif(os.environ.get("GEMMFORGE_LLM_TIER") != "1",
                                 reason="heavy LLM tier: set GEMMFORGE_LLM_TIER=1")
@@ -36,8 +36,8 @@ def test_offline_engine_proposes_schema_valid_verified_programs(engine_sampler, 
 
 
 def test_llm_policy_enters_a_tuner_run_on_the_replay_runner(engine_sampler, report, tmp_path):
-    tuner_mod = pytest.importorskip("search.tuner")
-    from search.replay import ReplayRunner
+    tuner_mod = pytest.importorskip("gemmforge.search.tuner")
+    from gemmforge.search.replay import ReplayRunner
     problem = PROBLEMS[0]
     policy = LLMPolicy(sampler=engine_sampler, seed=1, dataset=tmp_path / "tune.jsonl",
                        max_n=4, rounds=1)

@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from llm_workload import CPU_ENV, ENGINE_OPTS, run, seeded_lineage
-from policy.llm import LLMPolicy
+from gemmforge.policy.llm import LLMPolicy
 
 pytestmark = pytest.mark.skipif(os.environ.get("GEMMFORGE_LLM_TIER") != "1",
                                 reason="heavy LLM tier: set GEMMFORGE_LLM_TIER=1")
