@@ -10,6 +10,7 @@
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:  # keep these alive
         results = evaluate(programs, problem, device_runner=runner, builders=builders)
     rewards = [reward(r) for r in results]   # log(cublas_us / kernel_us), WORST_REWARD on failure
+    cold = [reward(r, l2="cold") for r in results]  # with BenchSettings(protocols=("kernel", "cold"))
 
 Every program gets a Result, in order: text that doesn't parse and programs that fail
 ir.verify become `invalid` here, without a worker; the rest are built in parallel and
@@ -38,10 +39,18 @@ a policy must not learn to chase it."""
 SEED_STRIDE = 3  # the gate uses seed, seed + 1, seed + 2 for one request
 
 
-def reward(result: Result) -> float:
-    """log(cublas_us / kernel_us) for an ok Result (0: as fast as cuBLAS, > 0: faster),
-    floored at WORST_REWARD; WORST_REWARD for a failure or an implausible measurement."""
-    speedup = result.speedup
+L2_STATES = ("warm", "cold")
+
+
+def reward(result: Result, l2: str = "warm") -> float:
+    """log(cuBLAS time / ours) for an ok Result (0: as fast as cuBLAS, > 0: faster), with L2
+    warm (`l2="warm"`: the kernel protocol, operands left in L2 by the launch before) or cold
+    (`l2="cold"`: L2 flushed before each launch, as a model's weights are in a forward pass;
+    needs the "cold" protocol in BenchSettings.protocols), floored at WORST_REWARD;
+    WORST_REWARD for a failure, an implausible measurement, or a state not measured."""
+    if l2 not in L2_STATES:
+        raise ValueError(f"l2: expected one of {', '.join(L2_STATES)}, got {l2!r}")
+    speedup = result.speedup if l2 == "warm" else result.cold_speedup
     if not result.ok or result.implausible or speedup is None or not speedup > 0:
         return WORST_REWARD
     return max(WORST_REWARD, math.log(speedup))

@@ -331,6 +331,11 @@ class Result(_Record):
         return _ratio(self.cublas_us, self.kernel_us)
 
     @property
+    def cold_speedup(self) -> float | None:
+        """cublas_cold_us / cold_us (both with L2 flushed before each launch), or None."""
+        return _ratio(self.cublas_cold_us, self.cold_us)
+
+    @property
     def call_speedup(self) -> float | None:
         """cublas_call_us / call_us, or None."""
         return _ratio(self.cublas_call_us, self.call_us)

@@ -61,6 +61,17 @@ def test_reward_rule():
         == env.WORST_REWARD
 
 
+def test_reward_names_the_l2_state():
+    both = Result(SIMT, 64, 64, 64, kernel_us=5.0, cublas_us=10.0, cold_us=8.0,
+                  cublas_cold_us=6.0)
+    assert env.reward(both) == pytest.approx(math.log(2))
+    assert env.reward(both, l2="cold") == pytest.approx(math.log(0.75))
+    warm_only = Result(SIMT, 64, 64, 64, kernel_us=5.0, cublas_us=10.0)
+    assert env.reward(warm_only, l2="cold") == env.WORST_REWARD  # cold was not measured
+    with pytest.raises(ValueError, match="l2: expected one of warm, cold"):
+        env.reward(both, l2="lukewarm")
+
+
 def test_evaluate_with_nothing_to_measure_starts_no_worker():
     results = env.evaluate(["garbage"], Problem(64, 64, 64), device_runner=None)
     assert results[0].kind == "invalid"
