@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
+from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program, Reduction
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,15 @@ class Backend(ABC):
       mma_shape    -- (m, n, k) one warp (or warpgroup) instruction covers; tiles divide by it
       unit_threads -- threads per entry of Program.warps (32 warps, 128 warpgroups)
       allowed      -- Program field -> the values this backend accepts, where restricted;
-                      a field listed with a single value is one the backend ignores
+                      a field listed with a single value is one the backend ignores.
+                      Fields added after the backends (l2_hint, swap_ab) are opt-in: only
+                      their default is legal unless `allowed` lists more
       layouts, accumulators -- problem kinds it can compute
       tile_extras  -- tile.bm / tile.bn values beyond powers of two it accepts (of
-                      ir.program.TILE_EXTRAS)
+                      ir.program.TILE_EXTRAS: multiples of 8 up to 256)
+      max_stages   -- the deepest pipeline it builds (the IR allows ir.program.MAX_STAGES;
+                      shared memory is checked apart)
+      reductions   -- split_k.reduction values it lowers (inkernel is opt-in)
       consumer_accum_regs -- accumulator registers per thread a warp-specialized
                       consumer may hold (None: ir.arch.ACCUM_REG_BUDGET, as for all others)
     """
@@ -107,6 +112,9 @@ class Backend(ABC):
     layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)
     accumulators: ClassVar[frozenset[Accum]] = frozenset(Accum)
     tile_extras: ClassVar[frozenset[int]] = frozenset()
+    max_stages: ClassVar[int] = 8
+    reductions: ClassVar[frozenset[Reduction]] = frozenset({Reduction.WORKSPACE,
+                                                             Reduction.ATOMIC})
     consumer_accum_regs: ClassVar[int | None] = None
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:

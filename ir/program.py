@@ -13,17 +13,23 @@ import hashlib
 import re
 from dataclasses import dataclass, field, fields, replace
 
-MAX_STAGES = 8
+MAX_STAGES = 16  # the IR's bound; each backend declares its own (Backend.max_stages)
 MAX_SPLIT_K = 16
 MAX_RASTER_GROUP = 64
 MAX_CLUSTER = 4  # portable cluster size limit per dimension on sm_90a
 TILE_LIMITS = {"bm": (8, 512), "bn": (8, 512), "bk": (8, 256)}
-# tile.bm / tile.bn values besides the powers of two: three 64-wide wgmma steps, the tile
-# cuBLAS picks where N = 256 leaves 128 x 256 tiles a wave short (benchmarks/NOTES.md).
-# Only backends that list one in `tile_extras` accept it (ir.verify).
-TILE_EXTRAS = frozenset({192})
+TILE_STEP = 8  # tile.bm / tile.bn besides the powers of two: multiples of 8 up to 256
+# tile.bm / tile.bn values besides the powers of two: the token-side tiles of small problems
+# (8..256 in steps of 8, e.g. 40 for 77 rows as two tiles, 56 for 333 as six) and 192,
+# three 64-wide wgmma steps, the tile cuBLAS picks where N = 256 leaves 128 x 256 tiles a
+# wave short (benchmarks/NOTES.md). Only backends that list one in `tile_extras` accept it
+# (ir.verify).
+TILE_EXTRAS = frozenset(v for v in range(TILE_STEP, 257, TILE_STEP) if v & (v - 1))
 MAX_WARPS_PER_DIM = 8
 MAX_DIM = 1 << 20  # largest m, n or k a Problem accepts
+# Program fields added after the backends were written: a backend takes a value other than
+# the default only where its `allowed` lists the field (ir.verify).
+OPT_IN_FIELDS = ("l2_hint", "swap_ab")
 
 
 class IRError(ValueError):
@@ -84,8 +90,14 @@ class Padding(_TextEnum):
 
 
 class Reduction(_TextEnum):
+    """How split-K slices are summed. workspace: fp32 partials, then a reduce step;
+    atomic: fp32 atomic adds into a zeroed buffer, then a cast; inkernel: inside the GEMM
+    kernel itself, no second kernel and no per-call memset (partials in an fp32 workspace
+    and per-tile arrival counters, zeroed once when allocated; the last slice to arrive
+    sums the partials, writes C and resets its counter to zero)."""
     WORKSPACE = "workspace"
     ATOMIC = "atomic"
+    INKERNEL = "inkernel"
 
 
 class Schedule(_TextEnum):
@@ -125,6 +137,12 @@ def _check_int(value, name: str, lo: int, hi: int) -> None:
 def _check_pow2(value: int, name: str) -> None:
     if value & (value - 1):
         raise IRError(f"{name}: {value} is not a power of two")
+
+
+def _check_tile_value(value: int, name: str, pow2_only: bool) -> None:
+    if value & (value - 1):
+        also = "" if pow2_only else f", nor a multiple of {TILE_STEP} up to 256"
+        raise IRError(f"{name}: {value} is not a power of two{also}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +186,7 @@ class Tile:
             value = getattr(self, name)
             _check_int(value, f"tile.{name}", lo, hi)
             if name == "bk" or value not in TILE_EXTRAS:
-                _check_pow2(value, f"tile.{name}")
+                _check_tile_value(value, f"tile.{name}", name == "bk")
 
     @property
     def extras(self) -> tuple[int, ...]:
@@ -267,6 +285,11 @@ class Program:
     warp_spec: WarpSpec = WarpSpec.NONE
     epilogue: Epilogue = Epilogue.DIRECT
     l2_hint: L2Hint = L2Hint.NONE
+    swap_ab: bool = False
+    """Compute C^T = B^T A^T: the problem's N side feeds the MMA's M (wide) side and M its
+    narrow N side, so a small M fills the instruction; the epilogue writes C transposed.
+    tile (bm along M, bn along N) and warps (wm along M, wn along N) stay in the problem's
+    terms whatever swap_ab says."""
 
     def __post_init__(self):
         if not isinstance(self.backend, str) or not _BACKEND_NAME.match(self.backend):
@@ -280,6 +303,14 @@ class Program:
                 raise IRError(f"{name}: expected a {value_type.__name__}, "
                               f"got {getattr(self, name)!r}")
         _check_int(self.stages, "stages", 1, MAX_STAGES)
+        if not isinstance(self.swap_ab, bool):
+            raise IRError(f"swap_ab: expected true or false, got {self.swap_ab!r}")
+
+    @property
+    def mma_mn(self) -> tuple[int, int]:
+        """(rows, cols) of the tile as the MMA sees them: (bm, bn), or (bn, bm) with swap_ab."""
+        t = self.tile
+        return (t.bn, t.bm) if self.swap_ab else (t.bm, t.bn)
 
     def replace(self, **changes) -> "Program":
         """A copy with some fields changed (validated like any new Program)."""

@@ -40,6 +40,7 @@ def to_json(p: Program) -> dict:
         "warp_spec": p.warp_spec.value,
         "epilogue": p.epilogue.value,
         "l2_hint": p.l2_hint.value,
+        "swap_ab": p.swap_ab,
     }
 
 
@@ -67,6 +68,7 @@ def from_json(obj) -> Program:
         warp_spec=WarpSpec(obj["warp_spec"]),
         epilogue=Epilogue(obj["epilogue"]),
         l2_hint=L2Hint(obj.get("l2_hint", L2Hint.NONE.value)),
+        swap_ab=obj.get("swap_ab", False),
     )
 
 
@@ -134,8 +136,10 @@ def program_schema(backends: list[str] | None = None) -> dict:
                              "cn": {"enum": _pow2s(1, MAX_CLUSTER)}}),
             "warp_spec": _enum(WarpSpec),
             "epilogue": _enum(Epilogue),
-            "l2_hint": _enum(L2Hint),  # added after version 1's other fields: optional
-        }, optional=("l2_hint",)),
+            # added after version 1's other fields: optional, their defaults when left out
+            "l2_hint": _enum(L2Hint),
+            "swap_ab": {"type": "boolean"},
+        }, optional=("l2_hint", "swap_ab")),
     }
     return schema
 

@@ -4,8 +4,10 @@ A program is a point in a product of *knobs*: the scalar parts of the IR fields
 (`tile.bm`, `warps.wn`, `swizzle`, `split_k.reduction`, ...; KNOBS lists them). For one
 (backend, arch) a `Variant` holds the values each knob may take:
 
-  - tile, warps, stages: powers of two from the backend's instruction shape (`mma_shape`) up
-    to PRACTICAL_TILE (tiles), MAX_WARPS_PER_DIM (warps), and 1..MAX_STAGES;
+  - tile, warps, stages: powers of two from the backend's instruction shape (`mma_shape`;
+    its narrower side for bm and bn where the backend takes swap_ab) up to PRACTICAL_TILE
+    (tiles) with the backend's `tile_extras`, MAX_WARPS_PER_DIM (warps), and 1 up to the
+    backend's `max_stages`;
   - every other knob: the IR's values that `ir.verify` accepts for this backend and arch,
     found by probing a legal program with one knob changed. So a backend's `allowed` and the
     arch rules (clusters, warp specialization and the TMA epilogue only on sm_90a) shape the
@@ -45,7 +47,8 @@ budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
 KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages", "swizzle",
          "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
-         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint")
+         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint",
+         "swap_ab")
 """Every knob, in the order a program's knobs are sampled (a condition precedes what it
 governs: schedule, then split_k.slices, then split_k.reduction)."""
 
@@ -58,7 +61,9 @@ def _pow2(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(1 << e for e in range(hi.bit_length()) if lo <= 1 << e <= hi)
 
 def _prim(value):
-    """A knob value as optuna stores it: an enum's text, or the int."""
+    """A knob value as optuna stores it: an enum's text, a bool, or the int."""
+    if isinstance(value, bool):
+        return value
     return value.value if isinstance(value, Enum) else int(value)
 
 def knob_value(program: Program, knob: str):
@@ -74,6 +79,8 @@ def _coerce(knob: str, value):
     default = DEFAULTS
     for part in knob.split("."):
         default = getattr(default, part)
+    if isinstance(default, bool):
+        return bool(value)
     return type(default)(value) if isinstance(default, Enum) else int(value)
 
 
@@ -99,19 +106,23 @@ def _candidates(knob: str, backend) -> tuple:
     """Every IR value worth listing for `knob` before legality filtering."""
     mm, mn, mk = backend.mma_shape
     lo = {"tile.bm": mm, "tile.bn": mn, "tile.bk": mk}
+    if True in backend.allowed.get("swap_ab", ()):  # either side may be the MMA's narrow one
+        lo.update({"tile.bm": min(mm, mn), "tile.bn": min(mm, mn)})
     if knob in lo:
         tile_lo = max(lo[knob], TILE_LIMITS[knob[5:]][0])
         hi = PRACTICAL_BK if knob == "tile.bk" else PRACTICAL_TILE
         extras = () if knob == "tile.bk" else backend.tile_extras  # (192 for cute_cpp)
         return tuple(sorted({*_pow2(tile_lo, hi), *(v for v in extras if tile_lo <= v <= hi)}))
     ints = {"warps.wm": _pow2(1, MAX_WARPS_PER_DIM), "warps.wn": _pow2(1, MAX_WARPS_PER_DIM),
-            "stages": tuple(range(1, MAX_STAGES + 1)),
+            "stages": tuple(range(1, min(backend.max_stages, MAX_STAGES) + 1)),
             "raster.group": _pow2(1, MAX_RASTER_GROUP),
             "split_k.slices": tuple(range(1, MAX_SPLIT_K + 1)),
             "cluster.cm": _pow2(1, MAX_CLUSTER), "cluster.cn": _pow2(1, MAX_CLUSTER)}
     if knob in ints:
         return ints[knob]
     default = knob_value(DEFAULTS, knob)
+    if isinstance(default, bool):
+        return (False, True)
     enum_type = type(_coerce(knob, default))
     return tuple(m.value for m in enum_type)
 

@@ -8,9 +8,10 @@ Thirteen space-separated tokens, one per Program field, in field order:
     {pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong}
     {direct,smem,tma}
 
-and a fourteenth, `l2first`, where l2_hint is stream_first (the field came later than
-the others; at its default it is left out, so every earlier text keeps its meaning).
-`kS` reduces split-K slices through a workspace, `kSa` with atomics. Every
+then the optional tokens of fields added later, each only where its field is set (at
+the default it is left out, so every earlier text keeps its meaning): `l2first` where
+l2_hint is stream_first, then `swap` where swap_ab is true. `kS` reduces split-K slices
+through a workspace, `kSa` with atomics, `kSi` inside the kernel (inkernel). Every
 Program has exactly one text form and `parse(to_text(p)) == p`. Logs, the tuned
 database, regression files and the LLM policy all use this form.
 """
@@ -30,7 +31,11 @@ _SCHEDULE = {Schedule.DATA_PARALLEL: "dp", Schedule.PERSISTENT: "persistent",
              Schedule.STREAM_K: "streamk"}
 _WARP_SPEC = {WarpSpec.NONE: "nows", WarpSpec.COOPERATIVE: "coop",
               WarpSpec.PINGPONG: "pingpong"}
-_L2_HINT = {L2Hint.NONE: "", L2Hint.STREAM_FIRST: "l2first"}  # the optional 14th token
+_L2_HINT = {L2Hint.NONE: "", L2Hint.STREAM_FIRST: "l2first"}  # optional tokens, in order
+_SWAP = {False: "", True: "swap"}
+_REDUCTION = {Reduction.WORKSPACE: "", Reduction.ATOMIC: "a", Reduction.INKERNEL: "i"}
+_OPTIONAL = {"l2_hint": _L2_HINT, "swap_ab": _SWAP}  # fields whose token appears only when set
+_DEFAULT_NAMES = {"l2_hint": "none", "swap_ab": "noswap"}  # how messages name their defaults
 
 
 def _invert(table: dict) -> dict:
@@ -46,30 +51,31 @@ _FIELD_TEXT = {
     "swizzle": _SWIZZLE.__getitem__,
     "raster": lambda r: f"{r.order.value}/{r.group}",
     "padding": _PADDING.__getitem__,
-    "split_k": lambda s: f"k{s.slices}" + ("a" if s.reduction == Reduction.ATOMIC else ""),
+    "split_k": lambda s: f"k{s.slices}{_REDUCTION[s.reduction]}",
     "schedule": _SCHEDULE.__getitem__,
     "cluster": lambda c: f"c{c.cm}x{c.cn}",
     "warp_spec": _WARP_SPEC.__getitem__,
     "epilogue": lambda e: e.value,
     "l2_hint": _L2_HINT.__getitem__,
+    "swap_ab": _SWAP.__getitem__,
 }
 
 
 def field_text(name: str, value) -> str:
-    """The text token of one Program field's value (as it appears in the text form; a
-    field left out at its default, l2_hint, is named by its value)."""
-    return _FIELD_TEXT[name](value) or str(value)
+    """The text token of one Program field's value (as it appears in the text form; an
+    optional field left out at its default is named 'none' or 'noswap')."""
+    return _FIELD_TEXT[name](value) or _DEFAULT_NAMES.get(name, str(value))
 
 
 def to_text(p: Program) -> str:
-    """The canonical text form of `p` (one line, 13 tokens, 14 with an l2_hint)."""
+    """The canonical text form of `p` (one line, 13 tokens and the optional ones set)."""
     tokens = (fn(getattr(p, name)) for name, fn in _FIELD_TEXT.items())
     return " ".join(t for t in tokens if t)
 
 
 _FORM = ("backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP "
-         "{pred,padop} kSLICES[a] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong} "
-         "{direct,smem,tma} [l2first]")
+         "{pred,padop} kSLICES[a|i] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong} "
+         "{direct,smem,tma} [l2first] [swap]")
 
 
 def _match(pattern: str, token: str, what: str, allowed: str) -> tuple[int, ...]:
@@ -91,23 +97,21 @@ def parse(text: str) -> Program:
     if not isinstance(text, str):
         raise IRError(f"program text: expected a string, got {type(text).__name__}")
     tokens = text.split()
-    if len(tokens) not in (13, 14):
-        raise IRError(f"program text: expected 13 tokens, or 14 with l2first ({_FORM}), "
-                      f"got {len(tokens)}")
+    if not 13 <= len(tokens) <= 13 + len(_OPTIONAL):
+        raise IRError(f"program text: expected 13 tokens and the optional ones set "
+                      f"({_FORM}), got {len(tokens)}")
     (backend, arch, tile, warps, stages, swizzle, raster, padding, split, schedule,
      cluster, warp_spec, epilogue) = tokens[:13]
-    l2_hint = L2Hint.NONE
-    if len(tokens) == 14:  # the token of a non-default l2_hint (the default has none)
-        l2_hint = _lookup({h: t for h, t in _L2_HINT.items() if t}, tokens[13], "l2_hint")
+    optional = _parse_optional(tokens[13:])
     bm, bn, bk = _match(r"(\d+)x(\d+)x(\d+)", tile, "tile", "BMxBNxBK")
     wm, wn = _match(r"w(\d+)x(\d+)", warps, "warps", "wWMxWN")
     (n_stages,) = _match(r"s(\d+)", stages, "stages", "sN")
     order_group = re.fullmatch(r"(row|col)/(\d+)", raster)
     if not order_group:
         raise IRError(f"raster: {raster!r} is not of the form row/G or col/G")
-    split_m = re.fullmatch(r"k(\d+)(a?)", split)
+    split_m = re.fullmatch(r"k(\d+)([ai]?)", split)
     if not split_m:
-        raise IRError(f"split_k: {split!r} is not of the form kN or kNa")
+        raise IRError(f"split_k: {split!r} is not of the form kN, kNa or kNi")
     cm, cn = _match(r"c(\d+)x(\d+)", cluster, "cluster", "cCMxCN")
     return Program(
         backend=backend,
@@ -118,14 +122,29 @@ def parse(text: str) -> Program:
         swizzle=_lookup(_SWIZZLE, swizzle, "swizzle"),
         raster=Raster(RasterOrder(order_group.group(1)), int(order_group.group(2))),
         padding=_lookup(_PADDING, padding, "padding"),
-        split_k=SplitK(int(split_m.group(1)),
-                       Reduction.ATOMIC if split_m.group(2) else Reduction.WORKSPACE),
+        split_k=SplitK(int(split_m.group(1)), _invert(_REDUCTION)[split_m.group(2)]),
         schedule=_lookup(_SCHEDULE, schedule, "schedule"),
         cluster=Cluster(cm, cn),
         warp_spec=_lookup(_WARP_SPEC, warp_spec, "warp_spec"),
         epilogue=Epilogue.parse(epilogue, "epilogue"),
-        l2_hint=l2_hint,
+        **optional,
     )
+
+
+def _parse_optional(tokens: list[str]) -> dict:
+    """Field -> value for the optional trailing tokens, each at most once, in field order."""
+    order = [(name, token, value) for name, table in _OPTIONAL.items()
+             for value, token in table.items() if token]
+    out, at = {}, 0
+    for token in tokens:
+        hit = next((i for i, (_, t, _) in enumerate(order) if t == token), None)
+        if hit is None or hit < at:
+            allowed = " ".join(t for _, t, _ in order)
+            raise IRError(f"program text: {token!r} is not an optional token, or is out of "
+                          f"place (each at most once, in the order: {allowed})")
+        name, _, value = order[hit]
+        out[name], at = value, hit + 1
+    return out
 
 
 def parse_problem(text: str):

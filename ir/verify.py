@@ -10,7 +10,7 @@ from gemmforge.ir import graph
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
 from gemmforge.ir.text import field_text
 from gemmforge.ir.program import (
-    DEFAULTS, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
+    DEFAULTS, OPT_IN_FIELDS, TILE_STEP, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
 )
 
 # Fields whose non-default values need an sm_90a feature, and which feature.
@@ -20,9 +20,6 @@ _HOPPER_ONLY = {
     "epilogue": ("the TMA store epilogue", lambda p: p.epilogue.value == "tma"),
     "l2_hint": ("TMA loads with L2 cache hints", lambda p: p.l2_hint.value != "none"),
 }
-# Fields added after the backends were written: a backend takes a value other than the
-# default only where its `allowed` lists the field.
-_OPT_IN = ("l2_hint",)
 
 
 class VerifyError(IRError):
@@ -50,7 +47,7 @@ def _check_arch(p: Program, be) -> str | None:
 
 
 def _check_fields(p: Program, be) -> str | None:
-    opt_in = {fld: frozenset({getattr(DEFAULTS, fld)}) for fld in _OPT_IN}
+    opt_in = {fld: frozenset({getattr(DEFAULTS, fld)}) for fld in OPT_IN_FIELDS}
     for fld, values in {**opt_in, **be.allowed}.items():
         value = getattr(p, fld)
         if value in values:
@@ -63,28 +60,50 @@ def _check_fields(p: Program, be) -> str | None:
         return f"{fld}: {p.backend} accepts {shown}; got {field_text(fld, value)}"
     if p.schedule == Schedule.STREAM_K and p.split_k.slices > 1:
         return "split_k: stream_k already divides K; use split_k k1 with it"
+    if p.split_k.reduction not in be.reductions:
+        shown = ", ".join(sorted(r.value for r in be.reductions))
+        return (f"split_k.reduction: {p.backend} reduces split-K slices by {shown}; "
+                f"got {p.split_k.reduction.value} ({field_text('split_k', p.split_k)})")
+    if p.stages > be.max_stages:
+        return f"stages: {p.backend} builds at most {be.max_stages} stages; got {p.stages}"
     return None
+
+
+def runs_text(values: list[int]) -> str:
+    """Sorted tile values beyond the powers of two as text, runs in steps of TILE_STEP
+    (powers of two between them aside) written 'lo..hi by 8', e.g. '24..56 by 8, 192'."""
+    runs: list[list[int]] = []
+    for v in values:
+        between = range(runs[-1][-1] + TILE_STEP, v, TILE_STEP) if runs else ()
+        if runs and all(b & (b - 1) == 0 for b in between):
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(f"{r[0]}..{r[-1]} by {TILE_STEP}" if len(r) > 2 else
+                     ", ".join(map(str, r)) for r in runs)
 
 
 def _check_shape(p: Program, be) -> str | None:
     t, w = p.tile, p.warps
     odd = [v for v in t.extras if v not in be.tile_extras]
     if odd:
-        takes = (f"takes {', '.join(map(str, sorted(be.tile_extras)))} besides powers of two"
+        takes = (f"takes {runs_text(sorted(be.tile_extras))} besides powers of two"
                  if be.tile_extras else "takes powers of two only")
-        return f"tile: {t.bm}x{t.bn}: {p.backend} {takes}"
+        return f"tile: {t.bm}x{t.bn}: {p.backend} {takes}; {odd[0]} is neither"
     mm, mn, mk = be.mma_shape
     threads = w.count * be.unit_threads
     limit = LIMITS[p.arch].max_threads_per_block
     if threads > limit:
         return f"warps: {w.wm}x{w.wn} units of {be.unit_threads} threads is {threads} threads; " \
                f"the limit is {limit}"
-    if t.bm % (w.wm * mm):
-        return f"tile.bm: {t.bm} is not a multiple of warps.wm x {be.instruction} M " \
-               f"({w.wm} x {mm} = {w.wm * mm})"
-    if t.bn % (w.wn * mn):
-        return f"tile.bn: {t.bn} is not a multiple of warps.wn x {be.instruction} N " \
-               f"({w.wn} x {mn} = {w.wn * mn})"
+    # with swap_ab the MMA's M side runs along bn (and wn), its N side along bm (and wm)
+    sides = {"m": ("N", mn), "n": ("M", mm)} if p.swap_ab else {"m": ("M", mm), "n": ("N", mn)}
+    for dim, size, units in (("m", t.bm, w.wm), ("n", t.bn, w.wn)):
+        side, step = sides[dim]
+        if size % (units * step):
+            swapped = f" (swap_ab puts tile.b{dim} on the MMA's {side} side)" if p.swap_ab else ""
+            return (f"tile.b{dim}: {size} is not a multiple of warps.w{dim} x "
+                    f"{be.instruction} {side} ({units} x {step} = {units * step}){swapped}")
     if t.bk % mk:
         return f"tile.bk: {t.bk} is not a multiple of the {be.instruction} K step ({mk})"
     return None

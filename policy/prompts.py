@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
-from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
+from gemmforge.ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
 from gemmforge.ir.schema import to_json
+from gemmforge.ir.verify import runs_text
 from gemmforge.policy.lineage import Lineage, field_distance
 
 FAILED_REWARD = -5.0
@@ -54,8 +55,12 @@ _ARCH_NOTES = {
 }
 
 _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMxBNxBK "
-                "wWMxWN sSTAGES swizzle raster/GROUP padding kSPLIT[a=atomic] schedule "
-                "cCMxCN warp_spec epilogue [l2first = l2_hint stream_first].")
+                "wWMxWN sSTAGES swizzle raster/GROUP padding "
+                "kSPLIT[a=atomic, i=inkernel] schedule cCMxCN warp_spec epilogue "
+                "[l2first = l2_hint stream_first] [swap = swap_ab true]. swap_ab computes "
+                "C^T = B^T A^T so a small M sits on the MMA's narrow N side (C is written "
+                "transposed); tile and warps stay in the problem's terms (bm, wm along M). "
+                "split_k inkernel sums the slices inside the kernel (no reduce kernel).")
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,18 @@ def json_value(fld: str, value) -> str:
 
 def _backend_lines(be) -> list[str]:
     mm, mn, mk = be.mma_shape
+    swaps = True in be.allowed.get("swap_ab", ())
     lines = [f"- {be.name}: {be.instruction}; each entry of warps is {be.unit_threads} "
              f"threads; tile.bm a multiple of warps.wm x {mm}, tile.bn of warps.wn x {mn}, "
-             f"tile.bk of {mk}."]
-    for fld in sorted(be.allowed):
-        values = sorted(json_value(fld, v) for v in be.allowed[fld])
+             f"tile.bk of {mk}" + (f" (with swap_ab: tile.bm of warps.wm x {mn}, tile.bn "
+                                   f"of warps.wn x {mm})." if swaps else "."),
+             f"    tile.bm, tile.bn: powers of two" + (
+                 f", or {runs_text(sorted(be.tile_extras))}" if be.tile_extras
+                 else "") + f"; stages at most {be.max_stages}; split_k.reduction one of "
+             f"{', '.join(sorted(json.dumps(r.value) for r in be.reductions))}"]
+    opt_in = {fld: frozenset({getattr(DEFAULTS, fld)}) for fld in OPT_IN_FIELDS}
+    for fld, allowed in sorted({**opt_in, **be.allowed}.items()):
+        values = sorted(json_value(fld, v) for v in allowed)
         if len(values) == 1:
             lines.append(f"    {fld}: must be {values[0]}")
         else:

@@ -2,7 +2,8 @@
 from hypothesis import strategies as st
 
 from gemmforge.ir.program import (
-    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_LIMITS,
+    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
+    TILE_LIMITS,
     Arch, Cluster, Epilogue, L2Hint, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
     SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
@@ -13,7 +14,8 @@ def pow2(lo: int, hi: int):
 
 
 def tiles():
-    return st.builds(Tile, *(pow2(*TILE_LIMITS[f]) for f in ("bm", "bn", "bk")))
+    side = st.one_of(pow2(*TILE_LIMITS["bm"]), st.sampled_from(sorted(TILE_EXTRAS)))
+    return st.builds(Tile, side, side, pow2(*TILE_LIMITS["bk"]))
 
 
 def split_ks():
@@ -40,4 +42,5 @@ def programs(backends=("cuda_simt", "cuda_wmma", "cuda_mma", "cuda_wgmma", "trit
         warp_spec=st.sampled_from(list(WarpSpec)),
         epilogue=st.sampled_from(list(Epilogue)),
         l2_hint=st.sampled_from(list(L2Hint)),
+        swap_ab=st.booleans(),
     )

@@ -21,7 +21,7 @@ def test_text_round_trip(p):
     text = to_text(p)
     assert parse(text) == p
     assert to_text(parse(text)) == text
-    assert len(text.split()) == (13 if p.l2_hint.value == "none" else 14)
+    assert len(text.split()) == 13 + (p.l2_hint.value != "none") + p.swap_ab
 
 
 @given(programs())
@@ -57,18 +57,24 @@ def test_key_and_name_follow_content():
 
 @pytest.mark.parametrize("text, message", [
     ("cuda_mma sm_80 128x128x32", "expected 13 tokens"),
-    (EXAMPLE.replace("128x128x32", "128x96x32"), "tile.bn: 96 is not a power of two"),
+    (EXAMPLE.replace("128x128x32", "128x100x32"),
+     "tile.bn: 100 is not a power of two, nor a multiple of 8 up to 256"),
+    (EXAMPLE.replace("128x128x32", "264x128x32"), "tile.bm: 264 is not a power of two"),
     (EXAMPLE.replace("128x128x32", "128x128x192"), "tile.bk: 192 is not a power of two"),
     (EXAMPLE.replace("w2x2", "w2-2"), "warps: 'w2-2' is not of the form wWMxWN"),
     (EXAMPLE.replace("sm_80", "sm_70"), "arch: 'sm_70' is not one of sm_80, sm_90a"),
-    (EXAMPLE.replace("s3", "s9"), "stages: 9 is outside 1..8"),
+    (EXAMPLE.replace("s3", "s17"), "stages: 17 is outside 1..16"),
     (EXAMPLE.replace("sw128", "sw256"), "swizzle: 'sw256' is not one of"),
     (EXAMPLE.replace("k4a", "k1a"), "split_k.reduction: must be 'workspace'"),
     (EXAMPLE.replace("k4a", "k17"), "split_k.slices: 17 is outside 1..16"),
     (EXAMPLE.replace("row/8", "diag/8"), "raster: 'diag/8' is not of the form"),
     (EXAMPLE.replace("cuda_mma", "CUDA!"), "backend: 'CUDA!' is not a backend name"),
-    (EXAMPLE + " l2last", "l2_hint: 'l2last' is not one of l2first"),
-    (EXAMPLE + " l2first x", "expected 13 tokens, or 14 with l2first"),
+    (EXAMPLE + " l2last", "'l2last' is not an optional token"),
+    (EXAMPLE.replace("k4a", "k4r"), "split_k: 'k4r' is not of the form kN, kNa or kNi"),
+    (EXAMPLE + " l2first x", "'x' is not an optional token"),
+    (EXAMPLE + " swap l2first", "'l2first' is not an optional token, or is out of place"),
+    (EXAMPLE + " swap swap", "'swap' is not an optional token, or is out of place"),
+    (EXAMPLE + " l2first swap x", "expected 13 tokens and the optional ones set"),
 ])
 def test_text_errors_name_the_field(text, message):
     with pytest.raises(IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -82,6 +88,7 @@ def test_text_errors_name_the_field(text, message):
     ({**to_json(parse(EXAMPLE)), "stages": 0}, "stages: 0 is less than the minimum of 1"),
     ({**to_json(parse(EXAMPLE)), "tile": {"bm": 128, "bn": 128}}, "'bk' is a required property"),
     ({**to_json(parse(EXAMPLE)), "extra": 1}, "Additional properties are not allowed"),
+    ({**to_json(parse(EXAMPLE)), "swap_ab": "yes"}, "swap_ab: 'yes' is not of type 'boolean'"),
 ])
 def test_json_errors_name_the_field(obj, message):
     with pytest.raises(IRError, match=message):
@@ -102,6 +109,25 @@ def test_l2_hint_is_a_fourteenth_token_only_when_set():
     assert from_json(to_json(hinted)) == hinted
     with pytest.raises(IRError, match="l2_hint"):
         from_json({**old, "l2_hint": "evict_last"})
+
+
+def test_small_problem_fields_appear_only_when_set():
+    """swap_ab (token `swap`, after l2first), split-K in the kernel (`kSi`), tiles in steps
+    of 8 and up to 16 stages: earlier texts and JSON keep their meaning, the new values
+    round-trip in both forms."""
+    plain = parse(EXAMPLE)
+    assert not plain.swap_ab and plain.mma_mn == (128, 128)
+    old = to_json(plain)
+    del old["swap_ab"], old["l2_hint"]
+    assert from_json(old) == plain
+    text = EXAMPLE.replace("128x128x32", "40x128x32").replace("s3", "s16").replace(
+        "k4a", "k4i") + " l2first swap"
+    small = parse(text)
+    assert small.swap_ab and small.split_k.reduction.value == "inkernel"
+    assert small.tile.extras == (40,) and small.stages == 16 and small.mma_mn == (128, 40)
+    assert to_text(small) == text and from_json(to_json(small)) == small
+    assert to_json(small)["swap_ab"] is True
+    assert to_text(small.replace(l2_hint=plain.l2_hint)).endswith("direct swap")
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -116,3 +116,67 @@ def test_warp_specialized_consumers_may_hold_the_backends_accumulator_budget():
     with pytest.raises(VerifyError, match="the limit is 160"):
         verify(parse("cuda_mma sm_90a 128x256x32 w1x1 s3 sw128 row/8 pred k1 dp "
                      "c1x1 nows direct"))
+
+
+WGMMA = "cuda_wgmma sm_90a 128x128x64 w2x1 s4 sw128 row/1 pred k1 persistent c1x1 coop direct"
+
+
+@pytest.mark.parametrize("text, message", [
+    (WGMMA + " swap", "swap_ab: cuda_wgmma ignores this field; leave it at its default "
+                      "(noswap), not swap"),
+    (WGMMA.replace("k1 persistent", "k4i dp"),
+     "split_k.reduction: cuda_wgmma reduces split-K slices by atomic, workspace; got "
+     "inkernel (k4i)"),
+    (WGMMA.replace("s4", "s12"), "stages: cuda_wgmma builds at most 8 stages; got 12"),
+    (WGMMA.replace("128x128x64", "128x40x64"),
+     "tile: 128x40: cuda_wgmma takes 192 besides powers of two; 40 is neither"),
+    (OK.replace("128x128x32", "40x128x32"), "tile: 40x128: cuda_mma takes powers of two only"),
+])
+def test_small_problem_values_are_refused_where_not_declared(text, message):
+    """Backends take swap_ab, inkernel split-K, deep rings and tiles in steps of 8 only where
+    they declare them (allowed, reductions, max_stages, tile_extras)."""
+    with pytest.raises(VerifyError) as e:
+        verify(parse(text))
+    assert message in str(e.value)
+
+
+def _fake_small(monkeypatch):
+    """A backend declaring every small-problem value: swap_ab, inkernel, 16 stages, tiles
+    in steps of 8, on a 64 x 8 x 16 instruction like wgmma's."""
+    from gemmforge.backends import registry
+    from gemmforge.backends.base import Backend
+    from gemmforge.ir.program import TILE_EXTRAS, Arch, Reduction
+
+    class FakeSmall(Backend):
+        name, archs, instruction, mma_shape, unit_threads = \
+            "fake_small", frozenset(Arch), "fake.mma", (64, 8, 16), 128
+        allowed = {"swap_ab": frozenset({False, True})}
+        reductions, max_stages, tile_extras = frozenset(Reduction), 16, TILE_EXTRAS
+        lower = build = None
+
+    registry._load()
+    monkeypatch.setitem(registry._backends, "fake_small", FakeSmall.__new__(FakeSmall))
+    return "fake_small sm_90a 40x64x64 w1x1 s12 swnone row/1 pred k4i dp c1x1 nows direct"
+
+
+def test_swap_puts_the_token_side_on_the_mmas_narrow_side(monkeypatch):
+    """With swap_ab, bm (along M, 40 rows) meets the instruction's N step (8) and bn its M
+    step (64); without it, 40 rows can't fill a 64-row MMA."""
+    text = _fake_small(monkeypatch)
+    p = parse(text + " swap")
+    assert verify(p, Problem(77, 4096, 4096)) is p and p.mma_mn == (64, 40)
+    with pytest.raises(VerifyError, match=r"tile.bm: 40 is not a multiple of warps.wm x "
+                                          r"fake.mma M \(1 x 64 = 64\)"):
+        verify(parse(text))
+    with pytest.raises(VerifyError, match=r"tile.bn: 96 is not a multiple of warps.wn x "
+                                          r"fake.mma M \(1 x 64 = 64\) \(swap_ab puts tile.bn"):
+        verify(parse(text.replace("40x64x64", "40x96x64") + " swap"))
+
+
+def test_deep_rings_are_bounded_by_shared_memory(monkeypatch):
+    """16 stages pass the backend's own limit; shared memory still bounds the ring."""
+    text = _fake_small(monkeypatch).replace("s12", "s16")
+    assert check(parse(text + " swap")) is None
+    with pytest.raises(VerifyError, match="stages: 16 stages of 40x128x64 need 344064 B of "
+                                          "shared memory; sm_90a allows 232448 B"):
+        verify(parse(text.replace("40x64x64", "40x128x64") + " swap"))
