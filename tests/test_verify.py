@@ -118,18 +118,13 @@ def test_warp_specialized_consumers_may_hold_the_backends_accumulator_budget():
                      "c1x1 nows direct"))
 
 
-WGMMA = "cuda_wgmma sm_90a 128x128x64 w2x1 s4 sw128 row/1 pred k1 persistent c1x1 coop direct"
-
-
 @pytest.mark.parametrize("text, message", [
-    (WGMMA + " swap", "swap_ab: cuda_wgmma ignores this field; leave it at its default "
-                      "(noswap), not swap"),
-    (WGMMA.replace("k1 persistent", "k4i dp"),
-     "split_k.reduction: cuda_wgmma reduces split-K slices by atomic, workspace; got "
+    (OK + " swap", "swap_ab: cuda_mma ignores this field; leave it at its default "
+                   "(noswap), not swap"),
+    (OK.replace("k1 dp", "k4i dp"),
+     "split_k.reduction: cuda_mma reduces split-K slices by atomic, workspace; got "
      "inkernel (k4i)"),
-    (WGMMA.replace("s4", "s12"), "stages: cuda_wgmma builds at most 8 stages; got 12"),
-    (WGMMA.replace("128x128x64", "128x40x64"),
-     "tile: 128x40: cuda_wgmma takes 192 besides powers of two; 40 is neither"),
+    (OK.replace(" s3 ", " s12 "), "stages: cuda_mma builds at most 8 stages; got 12"),
     (OK.replace("128x128x32", "40x128x32"), "tile: 40x128: cuda_mma takes powers of two only"),
 ])
 def test_small_problem_values_are_refused_where_not_declared(text, message):

@@ -20,7 +20,10 @@ The kernel, in steps (templates/kernel.cuh.jinja):
   4. Epilogue direct: accumulators go straight from registers to C -- 16-byte stores after a
      transpose within each quad of threads where the block lies inside a 16-byte aligned C,
      half2 or predicated stores elsewhere -- or to fp32 split-K partials that a reduce
-     kernel sums (workspace) or accumulates (atomic). Epilogue tma: each consumer writes 64 x 64 boxes of C into two
+     kernel sums (workspace) or accumulates (atomic), or (inkernel) that the last slice to
+     arrive on a per-warp counter adds to its own registers before it writes C, leaving the
+     counter at zero for the next launch (templates/epilogue.cuh.jinja, splitk_arrive).
+     Epilogue tma: each consumer writes 64 x 64 boxes of C into two
      swizzled shared-memory buffers in turn and stores each with cp.async.bulk.tensor (TMA
      clips at the edges); a C that TMA can't write (not 16-byte aligned, n % 8 != 0) takes
      the direct stores compiled beside it.
@@ -39,6 +42,11 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      mbarrier inits, and each producer drains the ring before exiting so no peer signals a
      CTA that has gone.
 
+  7. swap_ab: the launcher swaps the operands and M with N, and the kernel computes
+     C^T = B^T A^T: the problem's N runs along wgmma's 64-row side and its M (the token
+     side of an LLM layer, 8..256 in steps of 8) along wgmma's N side, so a small M fills
+     the instruction instead of a 64-row tile; the direct epilogue writes C transposed.
+
 Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC
 (`gemmforge emit` writes the standalone .cu with these commands in its header).
 
@@ -46,7 +54,9 @@ Constraints:
   - arch sm_90a; swizzle sw128; tile.bk a multiple of 64; tile.bm <= 256 (bn <= 256 for nt);
   - warps wm x wn consumer warpgroups, at most 4; a warpgroup's N (bn / wn) <= 256 and, for
     layout nn, a multiple of 64; its accumulator must fit its register budget;
-  - stages >= 2 and the ring within 227 KB of shared memory;
+  - stages >= 2 (up to 16) and the ring within 227 KB of shared memory;
+  - swap_ab needs layout nt (both swapped operands are read K-major) and epilogue direct;
+    the tile stays in the problem's terms: bn (N) on the 64-row side, bm (M) on the N side;
   - padding predicate needs k % 8 == 0 (and n % 8 == 0 for nn): TMA reads 16-byte aligned
     rows; padop copies unaligned operands into the workspace instead;
   - schedule data_parallel, persistent or stream_k (stream_k: cluster c1x1);
@@ -69,12 +79,14 @@ from gemmforge.backends import register
 from gemmforge.backends.base import Source
 from gemmforge.backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
 from gemmforge.backends.cuda_wgmma.context import (
-    ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, make_context, reason,
+    ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, kernel_view, make_context,
+    reason,
 )
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc
 from gemmforge.ir.program import (
-    Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program, Schedule, WarpSpec,
+    MAX_STAGES, TILE_EXTRAS, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program,
+    Reduction, Schedule, WarpSpec,
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -96,8 +108,13 @@ class CudaWgmma(CudaBackend):
     unit_threads = 128        # Program.warps counts consumer warpgroups (of one tile)
     # verify's coarse bound; reason() checks each program's real setmaxnreg budget
     consumer_accum_regs = SETMAXNREG_MAX - ACC_HEADROOM_REGS
-    tile_extras = frozenset({192})  # one TMA box; 192 rows are three m64 blocks
+    # any multiple of 8 up to 256 (one TMA box): on the wgmma N side (the token side with
+    # swap_ab, N for layout nt) any of them, on the 64-row side multiples of 64 (192 = 3 x m64)
+    tile_extras = TILE_EXTRAS
+    max_stages = MAX_STAGES   # the ring's depth is bounded by shared memory (reason())
+    reductions = frozenset(Reduction)
     allowed = {
+        "swap_ab": frozenset({False, True}),
         "padding": frozenset(Padding),
         "schedule": frozenset({Schedule.DATA_PARALLEL, Schedule.PERSISTENT, Schedule.STREAM_K}),
         "warp_spec": frozenset(WarpSpec),
@@ -110,7 +127,7 @@ class CudaWgmma(CudaBackend):
 
     def smem_bytes(self, program: Program) -> int | None:
         # the ring plus one or two 64 x 64 C boxes per consumer (not ir.graph's whole C tile)
-        return geometry(program, Layout.NN)["smem_bytes"]
+        return geometry(kernel_view(program), Layout.NN)["smem_bytes"]
 
     def lower(self, program: Program, problem: Problem) -> Source:
         ctx = make_context(program, problem).as_dict()

@@ -18,12 +18,12 @@ box where two don't fit beside the ring (192x128 ping-pong with 5 stages).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from gemmforge.ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
 from gemmforge.ir.program import (
-    Accum, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program, RasterOrder, Reduction,
-    Schedule, Swizzle, WarpSpec,
+    Accum, Arch, Cluster, Epilogue, L2Hint, Layout, Padding, Problem, Program, RasterOrder,
+    Reduction, Schedule, Swizzle, Tile, WarpSpec, Warps,
 )
 
 WGMMA_M, WGMMA_K, WGMMA_N_MAX, WGMMA_N_STEP = 64, 16, 256, 8
@@ -110,6 +110,8 @@ class WgmmaContext:
     l2_stream_first: bool    # the raster's streamed operand (B for rows, A for columns) evict_first
     split_k: int
     atomic_reduce: bool
+    inkernel_reduce: bool    # split-K summed by the last slice to arrive, in the kernel
+    swap_ab: bool            # the kernel computes C^T = B^T A^T (kernel_view's geometry)
     predicate: bool
     mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
 
@@ -120,6 +122,24 @@ class WgmmaContext:
 def _desc_hi(lbo: int, sbo: int) -> str:
     bits = ((lbo // DESC_UNIT) << 16) | ((sbo // DESC_UNIT) << 32) | (DESC_LAYOUT_SW128 << 62)
     return f"0x{bits:016x}ull"
+
+
+def kernel_view(program: Program) -> Program:
+    """The program in the kernel's own terms. With swap_ab the kernel computes
+    C^T = B^T A^T: its M side (wgmma's 64-row side) runs along the problem's N and its N
+    side (8..256 in steps of 8) along the problem's M, so tile, warps and cluster swap."""
+    if not program.swap_ab:
+        return program
+    t, w, c = program.tile, program.warps, program.cluster
+    return replace(program, tile=Tile(t.bn, t.bm, t.bk), warps=Warps(w.wn, w.wm),
+                   cluster=Cluster(c.cn, c.cm))
+
+
+def kernel_problem(program: Program, problem: Problem) -> Problem:
+    """The problem the kernel computes: C^T (n x m, the operands' roles swapped) with swap_ab."""
+    if not program.swap_ab:
+        return problem
+    return Problem(problem.n, problem.m, problem.k, problem.layout, problem.acc)
 
 
 def geometry(program: Program, layout: Layout) -> dict:
@@ -174,6 +194,19 @@ def acc_regs(wg_n: int, acc: Accum) -> int:
 
 def reason(program: Program, problem: Problem | None) -> str | None:
     """Why this program can't be lowered (for `problem`, if given), or None."""
+    if program.swap_ab:
+        if problem is not None and problem.layout != Layout.NT:
+            return ("swap_ab: cuda_wgmma reads both swapped operands K-major from TMA, so it "
+                    "needs layout nt (B stored N x K); without swap_ab it serves nn too")
+        if program.epilogue == Epilogue.TMA:
+            return ("epilogue: with swap_ab C is written transposed by direct stores; "
+                    "use epilogue direct")
+        problem = kernel_problem(program, problem) if problem else None
+        program = kernel_view(program)
+    return _kernel_reason(program, problem)
+
+
+def _kernel_reason(program: Program, problem: Problem | None) -> str | None:
     t, w = program.tile, program.warps
     layout = problem.layout if problem else Layout.NT
     g = geometry(program, layout)
@@ -187,6 +220,13 @@ def reason(program: Program, problem: Problem | None) -> str | None:
         return f"tile.bk: {t.bk} is not a multiple of {SWIZZLE_HALFS} (one 128-byte swizzled row)"
     if t.bm > TMA_BOX_MAX or (layout == Layout.NT and t.bn > TMA_BOX_MAX):
         return f"tile: bm and bn are at most {TMA_BOX_MAX} (one TMA box), got {t.bm}x{t.bn}"
+    if g["wg_m"] % WGMMA_M:
+        side = "bn (swap_ab puts N on" if program.swap_ab else "bm (M is"
+        return (f"tile.{side} wgmma's {WGMMA_M}-row side): a warpgroup's {g['wg_m']} rows are "
+                f"not a multiple of {WGMMA_M}")
+    if g["wg_n"] % WGMMA_N_STEP:
+        return (f"tile: a warpgroup's {g['wg_n']} columns are not a multiple of wgmma's "
+                f"N step ({WGMMA_N_STEP})")
     if g["consumers"] > MAX_CONSUMERS:
         return (f"warps: {w.wm}x{w.wn} is {g['consumers']} consumer warpgroups; at most "
                 f"{MAX_CONSUMERS} share a CTA's registers")
@@ -251,6 +291,8 @@ def _wgmma_operands(n: int, acc: Accum, tnsp_b: int) -> dict:
 
 
 def make_context(program: Program, problem: Problem) -> WgmmaContext:
+    problem = kernel_problem(program, problem)
+    program = kernel_view(program)
     t, w = program.tile, program.warps
     g = geometry(program, problem.layout)
     tnsp_b = 0 if g["nt"] else 1
@@ -284,6 +326,8 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         l2_stream_first=program.l2_hint == L2Hint.STREAM_FIRST,
         split_k=program.split_k.slices,
         atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
+        inkernel_reduce=program.split_k.reduction == Reduction.INKERNEL,
+        swap_ab=program.swap_ab,
         predicate=program.padding == Padding.PREDICATE,
         mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
     )

@@ -1,0 +1,94 @@
+"""cuda_wgmma's small-problem forms without a GPU: operand swap (the kernel computes C^T, so
+the token side M sits on wgmma's narrow N side in steps of 8), deep rings, and split-K
+reduced inside the kernel; verify's reasons, the lowered source, and a real sm_90a build."""
+import re
+import subprocess
+
+import pytest
+
+from gemmforge.backends import registry
+from gemmforge.backends.cuda_wgmma.context import kernel_problem, kernel_view, make_context
+from gemmforge.compiler import nvcc
+from gemmforge.compiler.emit import emit
+from gemmforge.ir import Arch, Problem, check, parse
+
+SWAP = "cuda_wgmma sm_90a 16x64x64 w1x1 s12 sw128 row/8 pred k1 dp c1x1 coop direct swap"
+SWAP_SPLIT = "cuda_wgmma sm_90a 8x128x64 w1x1 s8 sw128 row/8 pred k4i dp c1x1 coop direct swap"
+IN_KERNEL = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k4i dp c1x1 coop direct"
+LLM = Problem(16, 4096, 4096, "nt", "f32")
+
+
+def lowered(text: str, problem: Problem) -> str:
+    return registry.get("cuda_wgmma").lower(parse(text), problem).text
+
+
+def test_swap_puts_the_problems_n_on_wgmmas_m_side():
+    program = parse("cuda_wgmma sm_90a 40x128x64 w1x2 s8 sw128 row/8 pred k1 dp c2x1 coop direct swap")
+    view = kernel_view(program)
+    assert (view.tile.bm, view.tile.bn) == (128, 40)
+    assert (view.warps.wm, view.warps.wn) == (2, 1)
+    assert (view.cluster.cm, view.cluster.cn) == (1, 2)
+    assert kernel_problem(program, LLM) == Problem(4096, 16, 4096, "nt", "f32")
+    ctx = make_context(program, LLM)
+    assert (ctx.bm, ctx.bn, ctx.wg_m, ctx.wg_n) == (128, 40, 64, 40) and ctx.swap_ab
+
+
+@pytest.mark.parametrize("text, problem", [
+    (SWAP, LLM), (SWAP_SPLIT, LLM), (SWAP, Problem(1, 4096, 4096, "nt", "f16")),
+    (IN_KERNEL, LLM), (IN_KERNEL, Problem(128, 128, 16384, "nn", "f32")),
+    ("cuda_wgmma sm_90a 40x128x64 w1x1 s10 sw128 row/8 padop k2 dp c1x1 coop direct swap", LLM),
+])
+def test_accepts(text, problem):
+    assert check(parse(text), problem) is None
+
+
+@pytest.mark.parametrize("text, problem, says", [
+    (SWAP, Problem(16, 4096, 4096, "nn", "f32"), "needs layout nt"),
+    (SWAP.replace("direct", "tma"), LLM, "written transposed"),
+    (SWAP.replace("16x64x64", "16x40x64"), LLM, "puts tile.bn on the MMA's M side"),
+    ("cuda_wgmma sm_90a 40x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct", LLM,
+     "tile.bm: 40 is not a multiple of warps.wm x wgmma.mma_async M"),
+    (SWAP.replace("s12", "s16").replace("16x64x64", "16x256x64"), LLM, "shared memory"),
+])
+def test_declines_with_a_reason(text, problem, says):
+    reason = check(parse(text), problem)
+    assert reason and says in reason, reason
+
+
+def test_swapped_source_stores_c_transposed():
+    text = lowered(SWAP, LLM)
+    for needle in ["constexpr bool kSwapAB = true;", "std::swap(A, B);", "std::swap(M, N);",
+                   "kSwapAB ? M : N", "p[a.ldc] = __float2half(v1);",
+                   "constexpr int kBM = 64, kBN = 16, kBK = 64;", "constexpr int kStages = 12;"]:
+        assert needle in text, needle
+    assert "constexpr bool kSwapAB = false;" in lowered(IN_KERNEL, LLM)
+
+
+def test_in_kernel_split_k_has_no_reduce_launch_and_no_memset():
+    text = lowered(IN_KERNEL, LLM)
+    for needle in ["constexpr bool kInKernelReduce = true;", "splitk_arrive(args, w, place",
+                   "atomicAdd(counter, 1)", "atomicExch(counter, 0)",
+                   "if (kSplitK > 1 && !kInKernelReduce)", "splitk_counters("]:
+        assert needle in text, needle
+    plain = lowered(IN_KERNEL.replace("k4i", "k4"), LLM)
+    assert "constexpr bool kInKernelReduce = false;" in plain and "splitk_arrive" not in plain
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("text, problem, hgmma", [
+    (SWAP_SPLIT, LLM, "HGMMA.64x8x16.F32"),
+    (SWAP, Problem(16, 4096, 4096, "nt", "f16"), "HGMMA.64x16x16.F16"),
+    (IN_KERNEL, Problem(128, 128, 16384, "nn", "f32"), "HGMMA.64x64x16.F32"),
+])
+def test_builds_for_sm90a_without_spills(tmp_path, text, problem, hgmma):
+    """The emitted file builds for sm_90a with no spills; the SASS holds the narrow wgmma."""
+    cu = emit(problem, parse(text), tmp_path)
+    exe = tmp_path / "selftest"
+    cmd = [nvcc.knobs().nvcc, *nvcc.BASE_FLAGS, *nvcc.gencode(Arch.SM90A), "-Xptxas", "-v",
+           "-DGEMMFORGE_STANDALONE_MAIN", "-o", str(exe), str(cu)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kernel = done.stderr[done.stderr.index("gf_cuda_wgmma"):]
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", kernel)
+    if nvcc.cuobjdump():
+        assert hgmma in nvcc.disassemble(exe)
