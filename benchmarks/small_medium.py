@@ -5,6 +5,7 @@ cuBLAS, with L2 warm (kernel) and L2 cold (operands flushed from L2 before each 
     python3 benchmarks/small_medium.py --llm --layout nt --programs P.txt --name llm
     python3 benchmarks/small_medium.py --shapes 1x4096x4096,77x4096x4096 --layout nt ...
     python3 benchmarks/small_medium.py --report a.csv b.csv      # summarise, measure nothing
+    python3 benchmarks/small_medium.py --sample 24 --part 1/2 ...  # half the shapes per call
 
 Shapes: `--sample N` draws N grid shapes per FLOP decade (floor(log10(2mnk)), 1e5..1e10)
 with random.Random(seed), all of a decade where it has fewer; `--llm` takes Llama-class
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hopper_large import geomean  # noqa: E402
+from hopper_large import geomean, part  # noqa: E402
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
 from gemmforge.ir.program import Arch  # noqa: E402
@@ -124,6 +125,7 @@ def main() -> int:
     ap.add_argument("--no-heuristic", action="store_true", help="leave the heuristic's program out")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per protocol")
     ap.add_argument("--protocols", default="kernel,cold")
+    ap.add_argument("--part", help="I/N: only the I-th of N interleaved parts of the shapes")
     ap.add_argument("--name", default="small_medium")
     ap.add_argument("--report-dir", type=Path, default=Path("."))
     ap.add_argument("--report", type=Path, nargs="+", help="results CSVs: summarise, measure nothing")
@@ -137,6 +139,11 @@ def main() -> int:
               + (llm_shapes() if args.llm else []))
     if not chosen:
         ap.error("choose shapes: --sample N, --llm or --shapes")
+    if args.part:
+        try:
+            chosen = part(chosen, args.part)
+        except ValueError as e:
+            ap.error(str(e))
     texts = ([t.strip() for t in args.programs.read_text().splitlines()
               if t.strip() and not t.startswith("#")] if args.programs else [])
     settings = BenchSettings(protocols=tuple(args.protocols.split(",")), rounds=args.rounds)
