@@ -11,7 +11,7 @@ import itertools
 import math
 
 from gemmforge.ir.program import (
-    Arch, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
+    Arch, Layout, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
 )
 from gemmforge.ir.verify import check
 
@@ -117,10 +117,51 @@ PREFERRED = {Arch.SM90A: ("cuda_wgmma", "cuda_mma"), Arch.SM80: ("cuda_mma",)}
 SEED_MIN_FLOPS = 1e10  # the seeds' big tiles fill the chip only on large problems
 
 
+# Small and medium problems on Hopper (2mnk < SEED_MIN_FLOPS), from issue 20's sweeps on an
+# H100 (benchmarks/results/small_medium_h100.csv, llm_layers_h100.csv): deep rings and a
+# cooperative producer everywhere; a token side of at most 48 rows (layout nt) on wgmma's
+# narrow side (swap_ab) in the smallest tile of 8, 16, 32 or 48 that holds it, with split-K
+# reduced in the kernel where the weight tiles alone leave most SMs idle; long K over few
+# tiles split through the workspace so tiles x slices nears one wave; 64x128 tiles once
+# 64x64 tiles number a wave, 128x128 ping-pong once they number three.
+MANY_TILES = 3 * SMS      # 64x64 tiles past which the large-class ping-pong program wins
+SPLIT_MIN_K = 2048        # K below which splitting never won in the sweeps
+SWAP_MAX_M = 48           # the token sides the swapped tiles served best
+
+
+def _tiles64(problem: Problem) -> int:
+    return math.ceil(problem.m / 64) * math.ceil(problem.n / 64)
+
+
+def _small_hopper(problem: Problem) -> list[str]:
+    """Program texts for cuda_wgmma on a problem below SEED_MIN_FLOPS, best guess first."""
+    aligned = problem.k % 8 == 0 and (problem.layout == Layout.NT or problem.n % 8 == 0)
+    wg = ("cuda_wgmma sm_90a {tile} w1x1 s{s} sw128 row/8 " + ("pred" if aligned else "padop")
+          + " {k} {sched} c1x1 {ws} {epi}")  # TMA reads 16-byte aligned rows; padop copies
+    tiles = _tiles64(problem)
+    out = []
+    if problem.m <= SWAP_MAX_M:
+        token = next(t for t in (8, 16, 32, 48) if t >= problem.m)
+        split = "k2i" if problem.n // 64 < SMS and problem.k >= SPLIT_MIN_K else "k1"
+        out.append(wg.format(tile=f"{token}x64x64", s=16, k=split, sched="dp", ws="coop",
+                             epi="direct") + " swap")
+    if tiles >= MANY_TILES:
+        out.append(wg.format(tile="128x128x64", s=6, k="k1", sched="persistent", ws="pingpong",
+                             epi="tma"))
+    if problem.k >= SPLIT_MIN_K and tiles < SMS // 2:
+        slices = min(8, 1 << int(math.log2(max(1, SMS // tiles))))
+        out.append(wg.format(tile="64x64x64", s=8, k=f"k{slices}", sched="dp", ws="coop",
+                             epi="direct"))
+    tile = "64x128x64" if tiles >= SMS else "64x64x64"
+    out.append(wg.format(tile=tile, s=8, k="k1", sched="dp", ws="coop", epi="direct"))
+    return out
+
+
 def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
     from gemmforge.ir.text import parse
     if problem.flops < SEED_MIN_FLOPS:
-        return []
+        small = _small_hopper(problem) if arch == Arch.SM90A else []
+        return [p for p in map(parse, small) if p.backend == backend]
     fitting = [text for text, fits in SEEDS_192 if fits(problem)]
     return [p for p in map(parse, (*fitting, *SEEDS)) if p.backend == backend and p.arch == arch]
 

@@ -3,6 +3,8 @@ import pytest
 
 from gemmforge.backends import registry
 from gemmforge.ir import Arch, check, parse_problem
+from gemmforge.ir.text import field_text
+from gemmforge.policy import heuristic
 from gemmforge.policy.heuristic import SEED_MIN_FLOPS, HeuristicPolicy, default_program
 
 SHAPES = ["8192x8192x8192", "64x64x64", "17x33x65 nt f16", "4096x64x8192"]
@@ -55,8 +57,30 @@ def test_cuda_wgmma_seeds_ping_pong_192_rows_where_m_divides():
     assert first[0].warp_spec.value == "pingpong"
 
 
-def test_default_program_falls_back_where_the_first_backend_cannot_serve():
-    # unaligned rows: wgmma's TMA refuses them, so the sm_90a default falls back to cuda_mma
-    assert default_program(parse_problem("17x33x65"), Arch.SM90A).backend == "cuda_mma"
+def test_default_program_falls_back_where_the_first_backend_cannot_serve(monkeypatch):
     assert default_program(parse_problem("4096x4096x4096"), Arch.SM90A).backend == "cuda_wgmma"
     assert default_program(parse_problem("4096x4096x4096"), Arch.SM80).backend == "cuda_mma"
+    # cuda_wgmma has no sm_80 program at all: the next preferred backend serves
+    monkeypatch.setitem(heuristic.PREFERRED, Arch.SM80, ("cuda_wgmma", "cuda_mma"))
+    assert default_program(parse_problem("4096x4096x4096"), Arch.SM80).backend == "cuda_mma"
+
+
+def test_small_problems_get_the_small_hopper_forms():
+    """Below SEED_MIN_FLOPS on sm_90a: a token side of <= 48 rows (nt) on wgmma's narrow side in
+    the smallest tile of 8/16/32/48 holding it, split in the kernel where N's 64-row tiles
+    fill under a wave; long K over few tiles split through the workspace; deep rings, coop."""
+    def first(text):
+        return default_program(parse_problem(text), Arch.SM90A)
+    decode = first("1x4096x4096 nt f32")
+    assert decode.swap_ab and decode.tile.bm == 8 and field_text("split_k", decode.split_k) == "k2i"
+    assert first("40x4096x4096 nt f32").tile.bm == 48
+    assert first("16x28672x4096 nt f32").split_k.slices == 1  # 448 weight tiles: no split
+    assert not first("16x4096x4096 nn f32").swap_ab           # swap needs layout nt
+    long_k = first("128x128x16384 nn f32")
+    assert long_k.split_k.slices * 4 <= heuristic.SMS and long_k.split_k.slices == 8
+    assert first("256x4096x4096 nt f32").tile.bn == 128       # 256 64x64 tiles: a wave
+    for text in ("1x4096x4096 nt f32", "128x128x16384 nn f32", "333x1024x4096 nt f32"):
+        program = first(text)
+        assert program.stages >= 8 and program.warp_spec.value == "cooperative"
+    unaligned = first("17x33x65 nn f32")
+    assert unaligned.backend == "cuda_wgmma" and unaligned.padding.value == "pad_operands"
