@@ -6,6 +6,9 @@ cuBLAS, with L2 warm (kernel) and L2 cold (operands flushed from L2 before each 
     python3 benchmarks/small_medium.py --shapes 1x4096x4096,77x4096x4096 --layout nt ...
     python3 benchmarks/small_medium.py --report a.csv b.csv      # summarise, measure nothing
     python3 benchmarks/small_medium.py --sample 24 --part 1/2 ...  # half the shapes per call
+    python3 benchmarks/small_medium.py --winners p1.csv p2.csv --name confirm
+        # each shape's best program of those runs (warm), timed again beside cuBLAS (the
+        # best of many noisy readings reads high: quote the confirmation)
 
 Shapes: `--sample N` draws N grid shapes per FLOP decade (floor(log10(2mnk)), 1e5..1e10)
 with random.Random(seed), all of a decade where it has fewer; `--llm` takes Llama-class
@@ -30,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hopper_large import geomean, part  # noqa: E402
+from hopper_large import best_over_runs, geomean, part  # noqa: E402
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
 from gemmforge.ir.program import Arch  # noqa: E402
@@ -129,12 +132,15 @@ def main() -> int:
     ap.add_argument("--name", default="small_medium")
     ap.add_argument("--report-dir", type=Path, default=Path("."))
     ap.add_argument("--report", type=Path, nargs="+", help="results CSVs: summarise, measure nothing")
+    ap.add_argument("--winners", type=Path, nargs="+",
+                    help="results CSVs: time each shape's best program of these runs again")
     args = ap.parse_args()
     if args.report:
         rows = [r for path in args.report for r in read_csv(path)]
         print(summary(rows, {}))
         return 0
-    chosen = ((args.shapes.split(",") if args.shapes else [])
+    winners = best_over_runs([read_csv(path) for path in args.winners]) if args.winners else {}
+    chosen = (list(winners) + (args.shapes.split(",") if args.shapes else [])
               + (sample(args.sample, args.seed) if args.sample else [])
               + (llm_shapes() if args.llm else []))
     if not chosen:
@@ -152,7 +158,8 @@ def main() -> int:
     with BuilderPool() as builders, DeviceRunner(devices=[0]) as runner:
         for i, shape in enumerate(chosen):
             problem = parse_problem(f"{shape} {args.layout} {args.acc}")
-            programs = [p for p in map(parse, texts) if check(p, problem) is None]
+            programs = [p for p in map(parse, winners.get(shape, []) + texts)
+                        if check(p, problem) is None]
             if not args.no_heuristic:
                 h = default_program(problem, Arch.SM90A)
                 heuristic[shape] = str(h)
