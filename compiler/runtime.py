@@ -61,6 +61,16 @@ class Kernel(ABC):
         memory in between (search.bench shares one workspace among a group's kernels), so
         a launch re-arms what it needs there (zeroes atomics' sums, resets barriers)."""
 
+    def zeroed_bytes(self, m: int, n: int, k: int) -> int:
+        """Bytes of memory a launch at (m, n, k) needs zero on entry and leaves zero on
+        exit: the opposite contract to the workspace's. The kernel allocates and zeroes
+        it itself, once (per problem size and device), keeps it for its own launches
+        only, and never clears it again: each launch restores the zeros (in-kernel
+        split-K's per-tile arrival counters, reset by the last slice of each tile). So
+        launches of one Kernel that share it must run in stream order, not concurrently
+        on several streams. 0 (the default) for kernels without such memory."""
+        return 0
+
     @abstractmethod
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int,
                workspace_ptr: int, workspace_bytes: int, stream: int) -> None:

@@ -19,7 +19,8 @@ from gemmforge.backends.triton.plan import (
 )
 from gemmforge.ir.arch import LIMITS
 from gemmforge.ir.program import (
-    DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Schedule, Swizzle, WarpSpec,
+    DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Reduction, Schedule, Swizzle,
+    WarpSpec,
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -40,7 +41,13 @@ class TritonBackend(Backend):
       raster    grouped ordering: GROUP consecutive tile-rows (row) or tile-columns (col)
       split_k   SPLIT_K slices of K, each a whole number of BLOCK_K steps. workspace:
                 every slice stores fp32 partials, then a reduce kernel sums and casts
-                to C; atomic: a zero kernel, fp32 atomic adds, then the same kernel casts
+                to C; atomic: a zero kernel, fp32 atomic adds, then the same kernel casts;
+                inkernel: one kernel: every slice stores its fp32 partial and arrives at
+                its tile's int32 counter; the last to arrive sums the partials, writes C
+                and resets the counter (counters zeroed once by the runtime, plan.counters)
+      swap_ab   tl.dot(B^T, A^T) into a BLOCK_N x BLOCK_M accumulator, stored transposed:
+                on sm_90a the wgmma M side (a multiple of 64) is then BLOCK_N, so a small
+                BLOCK_M (16, 32) needs no 64-row tile
       schedule  data_parallel (one program per work unit) or persistent (one program
                 per SM, the count read from the device at load time, looping over units)
       epilogue  direct: masked pointer loads and stores. tma (sm_90a only): A, B and C
@@ -51,8 +58,12 @@ class TritonBackend(Backend):
                 Triton chooses shared layouts and masks ragged edges itself.
 
     Constraints:
-      - sm_90a: warps.count a multiple of 4 and tile.bm a multiple of 64, else Triton
-        would silently fall back to mma.sync (write such programs for sm_80);
+      - tile.bm, tile.bn powers of two from 16 (tl.arange spans powers of two; tl.dot
+        needs 16 on every side): no tile_extras;
+      - stages up to 16 (shared memory permitting);
+      - sm_90a: warps.count a multiple of 4 and the MMA's M side (tile.bm, or tile.bn
+        with swap_ab) a multiple of 64, else Triton would silently fall back to
+        mma.sync (write such programs for sm_80);
       - epilogue tma: tile.bm and tile.bn at most 256; n and k multiples of 8;
       - operand pointers 16-byte aligned (torch allocations are); m, n, k any size.
     """
@@ -69,16 +80,22 @@ class TritonBackend(Backend):
         "cluster": frozenset({DEFAULTS.cluster}),
         "warp_spec": frozenset({WarpSpec.NONE}),
         "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
+        "swap_ab": frozenset({False, True}),
     }
+    max_stages = 16
+    reductions = frozenset(Reduction)
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         if program.arch == Arch.SM90A:
             if program.warps.count % WARPGROUP_WARPS:
                 return (f"warps: sm_90a needs whole warpgroups for wgmma ({program.warps.count} "
                         f"warps is not a multiple of {WARPGROUP_WARPS}); use sm_80 for mma.sync")
-            if program.tile.bm % WGMMA_M:
-                return (f"tile.bm: sm_90a needs a multiple of {WGMMA_M} for wgmma, got "
-                        f"{program.tile.bm}; use sm_80 for mma.sync")
+            rows, field = ((program.tile.bn, "tile.bn") if program.swap_ab
+                           else (program.tile.bm, "tile.bm"))
+            if rows % WGMMA_M:
+                swapped = " (swap_ab puts it on the wgmma M side)" if program.swap_ab else ""
+                return (f"{field}: sm_90a needs a multiple of {WGMMA_M} for wgmma{swapped}, "
+                        f"got {rows}; use sm_80 for mma.sync")
         if uses_tma(program):
             return _tma_reason(program, problem)
         return None

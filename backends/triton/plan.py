@@ -15,6 +15,7 @@ ELEMENTWISE_BLOCK = 1024   # elements per program of the split-K zero and reduce
 ELEMENTWISE_WARPS = 4
 ALIGN_HINT = 16            # tt.divisibility Triton is told for aligned pointers and sizes
 F32_BYTES = 4
+I32_BYTES = 4
 TMA_ROW_ALIGN_HALFS = 8    # TMA descriptors need 16-byte aligned row strides (8 fp16)
 TMA_MAX_BOX_ROWS = 256     # a TMA box spans at most 256 elements per dimension
 
@@ -85,7 +86,12 @@ class LaunchPlan:
 
     `descriptors` maps a tensor-descriptor parameter to [rows, cols] (names of the
     problem sizes giving its global shape; strides follow, row-major) and its block
-    shape; `workspace_slices` is how many fp32 M x N buffers the workspace holds.
+    shape; `workspace_slices` is how many fp32 M x N buffers the workspace holds (written
+    before they are read in every launch, so any memory will do). `counters`: the GEMM
+    kernel takes `cnt_ptr`, one int32 arrival counter per tile of C (split-K inkernel),
+    which must be zero before the first launch; each launch leaves them zero again (the
+    last slice of a tile to arrive resets its counter), so the runtime allocates them
+    zeroed once and keeps them, apart from the shared workspace (counter_bytes).
     """
 
     kernels: tuple[KernelPlan, ...]
@@ -93,9 +99,15 @@ class LaunchPlan:
     workspace_slices: int
     tile: tuple[int, int, int]
     split_k: int
+    counters: bool = False
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         return self.workspace_slices * m * n * F32_BYTES
+
+    def counter_bytes(self, m: int, n: int) -> int:
+        """Bytes of the zero-initialised, self-resetting counters at m x n (0 if none)."""
+        bm, bn, _ = self.tile
+        return _cdiv(m, bm) * _cdiv(n, bn) * I32_BYTES if self.counters else 0
 
     def grid(self, kernel: KernelPlan, m: int, n: int, num_sms: int) -> int:
         """Programs (a 1-D grid) `kernel` launches at m x n on a device of `num_sms` SMs."""
@@ -112,7 +124,7 @@ class LaunchPlan:
     def from_json(cls, data: dict) -> "LaunchPlan":
         kernels = tuple(KernelPlan.from_json(k) for k in data["kernels"])
         return cls(kernels, data["descriptors"], data["workspace_slices"],
-                   tuple(data["tile"]), data["split_k"])
+                   tuple(data["tile"]), data["split_k"], data.get("counters", False))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -146,10 +158,16 @@ def _operand_types(program: Program, layout: Layout) -> dict[str, str]:
     return types
 
 
+def in_kernel(program: Program) -> bool:
+    """Split-K reduced inside the GEMM kernel (turn-taking through per-tile counters)."""
+    return program.split_k.slices > 1 and program.split_k.reduction == Reduction.INKERNEL
+
+
 def _gemm_kernel(program: Program, layout: Layout) -> KernelPlan:
     t = program.tile
-    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", "M": "i32",
-                 "N": "i32", "K": "i32", "NUM_PROGRAMS": "i32"}
+    counters = {"cnt_ptr": "*i32"} if in_kernel(program) else {}
+    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", **counters,
+                 "M": "i32", "N": "i32", "K": "i32", "NUM_PROGRAMS": "i32"}
     constexprs = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk,
                   "GROUP": program.raster.group, "SPLIT_K": program.split_k.slices}
     signature.update({name: "constexpr" for name in constexprs})
@@ -176,6 +194,8 @@ def make_plan(program: Program, problem: Problem) -> LaunchPlan:
     gemm = _gemm_kernel(program, problem.layout)
     if split.slices == 1:
         kernels, slices = (gemm,), 0
+    elif in_kernel(program):
+        kernels, slices = (gemm,), split.slices
     elif split.reduction == Reduction.ATOMIC:
         kernels = (_elementwise_kernel(program, "zero", 1), gemm,
                    _elementwise_kernel(program, "reduce", 1))
@@ -185,13 +205,27 @@ def make_plan(program: Program, problem: Problem) -> LaunchPlan:
         slices = split.slices
     descs = _descriptors(program, problem.layout) if uses_tma(program) else {}
     t = program.tile
-    return LaunchPlan(kernels, descs, slices, (t.bm, t.bn, t.bk), split.slices)
+    return LaunchPlan(kernels, descs, slices, (t.bm, t.bn, t.bk), split.slices,
+                      in_kernel(program))
 
 
 def aligned_params(m: int, n: int, k: int) -> tuple[str, ...]:
     """The ALIGNABLE integer arguments that are multiples of ALIGN_HINT at (m, n, k)."""
     values = {"N": n, "K": k, "NUMEL": m * n}
     return tuple(name for name in ALIGNABLE if values[name] % ALIGN_HINT == 0)
+
+
+def _operand_roles(program: Program, nt: bool) -> dict:
+    """How the mainloop feeds tl.dot: A (BLOCK_M x BLOCK_K) times B as BLOCK_K x BLOCK_N
+    (`b` is loaded K x N for nn, N x K for nt), or with swap_ab the transposed product
+    B^T A^T, whose accumulator is BLOCK_N x BLOCK_M (the tile of C^T)."""
+    b_kn, b_nk = ("tl.trans(b)", "b") if nt else ("b", "tl.trans(b)")
+    if program.swap_ab:
+        return {"dot_lhs": b_nk, "dot_rhs": "tl.trans(a)", "acc_rows": "BLOCK_N",
+                "acc_cols": "BLOCK_M", "c_tile": "tl.trans(acc)",
+                "acc_doc": "transposed (swap_ab): BLOCK_N x BLOCK_M, the tile of C^T"}
+    return {"dot_lhs": "a", "dot_rhs": b_kn, "acc_rows": "BLOCK_M", "acc_cols": "BLOCK_N",
+            "c_tile": "acc", "acc_doc": "BLOCK_M x BLOCK_N"}
 
 
 def template_context(program: Program, problem: Problem) -> dict:
@@ -213,6 +247,10 @@ def template_context(program: Program, problem: Problem) -> dict:
         "layout_nt": nt,
         "split": split,
         "atomic": split and program.split_k.reduction == Reduction.ATOMIC,
+        "in_kernel": in_kernel(program),
+        "swap": program.swap_ab,
+        **_operand_roles(program, nt),
+        "cnt_arg": " cnt_ptr," if in_kernel(program) else "",
         "persistent": persistent,
         "raster_col": program.raster.order == RasterOrder.COL,
         "raster_doc": f"tiles of C along {order}, in groups of GROUP",

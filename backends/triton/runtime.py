@@ -27,7 +27,10 @@ into. Pointers go in as plain ints, which Triton's launchers accept; on the `com
 path Triton's launcher encodes each host TensorDescriptor into a CUtensorMap on every
 launch, unless GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1 (opt-in, not checked on a GPU) makes
 `install_descriptor_cache` reuse the encoding while the buffer repeats. A variant per
-alignment class of (n, k, m * n) is compiled on first use.
+alignment class of (n, k, m * n) is compiled on first use. A plan with in-kernel split-K
+(plan.counters) gets its per-tile counters here, zeroed once per prepared size on the
+kernel's device and passed as `cnt_ptr` (not a per-call argument): every launch leaves
+them zero (Kernel.zeroed_bytes), so no call clears them.
 """
 from __future__ import annotations
 
@@ -93,12 +96,16 @@ class _Prepared:
     without TMA, else the specs of TritonKernel._descriptor_specs; `last` is the latest
     ((a, b, c) addresses, descriptors) and `kept` the descriptors built at this size, by
     (name, address). `raw` is True when every kernel has a RawLauncher; `expanded` then maps
-    (a, b, c, workspace) addresses to per kernel its C launcher's arguments."""
+    (a, b, c, workspace) addresses to per kernel its C launcher's arguments. `counters`
+    holds the zero-initialised tensor of in-kernel split-K's per-tile counters at this
+    size (plan.counters), kept alive while the size is prepared."""
 
-    __slots__ = ("need", "launches", "descriptors", "last", "kept", "raw", "expanded")
+    __slots__ = ("need", "launches", "descriptors", "last", "kept", "raw", "expanded",
+                 "counters")
 
-    def __init__(self, need: int, launches: tuple, descriptors: tuple | None):
+    def __init__(self, need: int, launches: tuple, descriptors: tuple | None, counters=None):
         self.need, self.launches, self.descriptors = need, launches, descriptors
+        self.counters = counters  # in-kernel split-K's zeroed int32 counters (or None)
         self.last: tuple = (None, ())
         self.kept: dict = {}
         self.raw = all(step.raw is not None for step in launches)
@@ -115,7 +122,7 @@ class TritonKernel(Kernel):
         meta = artifact.meta
         self.plan = LaunchPlan.from_json(meta["plan"])
         self._module = toolchain.load_module(Path(artifact.path).with_name(meta["entry"]))
-        device = torch.cuda.current_device()
+        device = self._device = torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(device)
         self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         self._capability, self._env = toolchain.capability_for(
@@ -147,6 +154,9 @@ class TritonKernel(Kernel):
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         return self.plan.workspace_bytes(m, n, k)
+
+    def zeroed_bytes(self, m: int, n: int, k: int) -> int:
+        return self.plan.counter_bytes(m, n)
 
     def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
         ws_ptr = workspace_ptr or 0
@@ -191,7 +201,9 @@ class TritonKernel(Kernel):
         """What a launch at (m, n, k) needs that doesn't change between calls: the
         workspace size, per kernel its grid, runner and argument template, and the
         shapes of the TMA descriptors."""
-        sizes = {"M": m, "N": n, "K": k, "NUMEL": m * n}
+        counters = self._zeroed(m, n)
+        sizes = {"M": m, "N": n, "K": k, "NUMEL": m * n,
+                 "cnt_ptr": 0 if counters is None else counters.data_ptr()}
         launches = []
         for step in self._steps(aligned_params(m, n, k)):
             grid = self.plan.grid(step.kernel, m, n, self._num_sms)
@@ -199,11 +211,21 @@ class TritonKernel(Kernel):
             launches.append(_Launch(step.compiled, grid, fill_per_call(*template),
                                     raw_launcher(step.compiled) if self._raw else None))
         prepared = _Prepared(self.plan.workspace_bytes(m, n, k), tuple(launches),
-                             self._descriptor_specs(sizes))
+                             self._descriptor_specs(sizes), counters)
         if len(self._prepared) >= PREPARED_SHAPES:
             self._prepared.pop(next(iter(self._prepared)), None)
         self._prepared[(m, n, k)] = prepared
         return prepared
+
+    def _zeroed(self, m: int, n: int):
+        """In-kernel split-K's counters at m x n: an int32 tensor zeroed once, here, on
+        the device this kernel was loaded on; every launch leaves it zero (Kernel.
+        zeroed_bytes). None for plans without counters."""
+        need = self.plan.counter_bytes(m, n)
+        if not need:
+            return None
+        import torch
+        return torch.zeros(need // 4, dtype=torch.int32, device=self._device)
 
     def _descriptor_specs(self, sizes: dict) -> tuple | None:
         """Per DESCRIPTOR_SLOTS entry None (not in the plan) or (name, index of its base
