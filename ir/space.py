@@ -45,12 +45,12 @@ PRACTICAL_TILE = 256
 """Largest tile.bm / tile.bn searched (the IR allows 512; such tiles overflow the register
 budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
-KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages", "swizzle",
-         "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
-         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint",
-         "swap_ab")
+KNOBS = ("swap_ab", "tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages",
+         "swizzle", "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
+         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint")
 """Every knob, in the order a program's knobs are sampled (a condition precedes what it
-governs: schedule, then split_k.slices, then split_k.reduction)."""
+governs: swap_ab, which decides the tile side that meets the MMA's narrow side, before the
+tile; schedule, then split_k.slices, then split_k.reduction)."""
 
 _PARTS = {"tile": Tile, "warps": Warps, "raster": Raster, "split_k": SplitK, "cluster": Cluster}
 _SHAPE_KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages")

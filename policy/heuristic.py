@@ -14,6 +14,7 @@ from gemmforge.ir.program import (
     Arch, Layout, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
 )
 from gemmforge.ir.verify import check
+from gemmforge.policy import small_shapes
 
 SMS = 132                 # multiprocessors on H100/H200 (A100: 108); sets the wave size
 DEFAULT_BACKEND = "cuda_mma"
@@ -129,6 +130,48 @@ SPLIT_MIN_K = 2048        # K below which splitting never won in the sweeps
 SWAP_MAX_M = 48           # the token sides the swapped tiles served best
 
 
+# Warp layouts for small tiles, per warp unit (32 threads: the token side wants one warp
+# row; 128-thread warpgroups: one consumer)
+_SMALL_WARPS = {32: ((1, 4), (1, 2), (1, 1), (2, 2), (2, 1), (4, 1)), 128: ((1, 1), (2, 1))}
+
+
+def _deepest(program: Program, problem: Problem) -> tuple[Program | None, str | None]:
+    """`program` at the deepest ring verify accepts (its stages are the most to try; the
+    ring stops at the K steps one slice has), or None and verify's reason when it blames
+    another field than stages."""
+    k_steps = math.ceil(problem.k / program.split_k.slices / program.tile.bk)
+    reason = None
+    for stages in range(min(program.stages, max(2, k_steps)), 1, -1):
+        candidate = program.replace(stages=stages)
+        reason = check(candidate, problem)
+        if reason is None:
+            return candidate, None
+        if not reason.startswith("stages"):
+            break
+    return None, reason
+
+
+def _small_candidates(backend, arch: Arch, problem: Problem):
+    """Programs from policy.small_shapes' rules for a small or medium problem, each at the
+    deepest ring it holds; nothing for a large problem. Other swizzles and warps are
+    tried only while verify blames those."""
+    if not small_shapes.is_small(problem):
+        return
+    for shape in small_shapes.shapes(problem, backend):
+        for swizzle, warps in itertools.product(
+                _SWIZZLE_ORDER, _SMALL_WARPS.get(backend.unit_threads, _WARP_FALLBACKS)):
+            program = _fit(backend, Program(
+                backend=backend.name, arch=arch, tile=Tile(shape.bm, shape.bn, shape.bk),
+                warps=Warps(*warps), stages=backend.max_stages, swizzle=swizzle,
+                raster=Raster(RasterOrder.ROW, 8), padding=Padding.PREDICATE,
+                split_k=SplitK(shape.slices, shape.reduction), swap_ab=shape.swap_ab))
+            deep, reason = _deepest(program, problem)
+            if deep is not None:
+                yield deep
+            if deep is not None or not (reason.startswith("swizzle") or "warps" in reason):
+                break
+
+
 def _tiles64(problem: Problem) -> int:
     return math.ceil(problem.m / 64) * math.ceil(problem.n / 64)
 
@@ -180,7 +223,9 @@ class HeuristicPolicy:
         if arch not in backend.archs:
             return []
         out: list[Program] = []
-        for program in itertools.chain(_seeds(name, arch, problem), _candidates(backend, arch, problem)):
+        for program in itertools.chain(_seeds(name, arch, problem),
+                                       _small_candidates(backend, arch, problem),
+                                       _candidates(backend, arch, problem)):
             if program not in out and check(program, problem) is None:
                 out.append(program)
                 if len(out) == n:

@@ -7,7 +7,7 @@
     policy.save(path); LearnedPolicy.load(path)
 
 Model (policy/learned_net.py): shape features -> an autoregressive distribution over the
-backend and each knob of `ir.space.KNOBS` (tile -> warps -> stages -> ...), each field
+backend and each knob of `ir.space.KNOBS` (swap_ab -> tile -> warps -> stages -> ...), each field
 conditioned on the earlier ones and on how they tile the shape.
 
 Training (`train`): group-relative policy gradient (GRPO-style, no critic) with expert

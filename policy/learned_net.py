@@ -7,7 +7,7 @@
 Shape features (`features`: log2 m, n, k, their sum and ratios, the CTA count of a
 128x128 tile over the arch's SMs, one-hot arch, layout, accumulator) -> an MLP -> the
 initial state of a GRU that walks STEPS: the backend, then each knob of `ir.space.KNOBS`
-in order (tile -> warps -> stages -> ... -> epilogue). At each step a head scores the
+in order (swap_ab -> tile -> warps -> ... -> l2_hint). At each step a head scores the
 knob's values (the union over the space's backends, masked to the chosen backend's
 values; a knob that is inactive, such as split_k.reduction with one slice, or fixed, has
 one value and costs no probability). The choice's embedding plus features derived from
@@ -31,7 +31,7 @@ LOG2_SCALE = 14.0            # log2 of the largest grid dimension (16384)
 STEPS = ("backend",) + KNOBS
 SMS = {Arch.SM80: 108, Arch.SM90A: 132}  # multiprocessors: A100; H100 / H200
 _AT = {k: STEPS.index(k) for k in ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn",
-                                    "stages", "split_k.slices")}
+                                    "stages", "split_k.slices", "swap_ab")}
 
 
 def features(problem: Problem, arch: Arch) -> list[float]:
@@ -55,16 +55,19 @@ def derived(dims: torch.Tensor, limits: torch.Tensor, units: torch.Tensor,
     """[B, N_DERIVED] features of the choices so far on the shape, 0 where a value they
     need is not chosen yet: log2 CTAs, log2 waves, last-wave fill, tile padding
     efficiency, log2 K steps per slice, K padding efficiency, shared memory per stage and
-    in all over the limit, log2 of the tile over warps x instruction (M, N), threads over
+    in all over the limit, log2 of the tile over warps x instruction (M, N; N, M with
+    swap_ab, which the walk picks before the tile), threads over
     the limit, accumulators per thread over ACCUM_REG_BUDGET. `dims` [B, 3]: m, n, k;
     `limits` [B, 3]: SMs, shared memory bytes, threads per CTA; `units` [backends, 3]: the
     instruction's M and N and threads per warp unit; `vals` [B, S]: each step's numeric
     value (the backend's index at step 0; NaN: not chosen yet)."""
     m, n, k = dims.unbind(1)
     sms, smem, threads = limits.unbind(1)
-    bm, bn, bk, wm, wn, st, sl = (vals[:, i] for i in _AT.values())
+    bm, bn, bk, wm, wn, st, sl, sw = (vals[:, i] for i in _AT.values())
     picked = vals[:, 0].nan_to_num(0.0).long()
     um, un, ut = torch.where(vals[:, :1].isnan(), math.nan, units[picked]).unbind(1)
+    swapped = sw.nan_to_num(0.0) > 0.5  # swap_ab: bm meets the instruction's N, bn its M
+    um, un = torch.where(swapped, un, um), torch.where(swapped, um, un)
     slices = torch.where(sl.isnan(), torch.ones_like(sl), sl)
     tm, tn = torch.ceil(m / bm), torch.ceil(n / bn)
     waves = tm * tn * slices / sms

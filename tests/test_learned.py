@@ -112,7 +112,9 @@ def test_an_edit_to_stream_k_drops_the_split_k_it_disables():
 
 
 def test_the_lineage_search_climbs():
-    problem, runner = Problem(512, 128, 8192), ReplayRunner(archs=("sm_90a",))
+    # a shape above the heuristic's small-problem rules (policy.small_shapes), whose seeds
+    # leave room to climb (at 512x128x8192 those rules' seed already reads 0.19)
+    problem, runner = Problem(1024, 1024, 8192), ReplayRunner(archs=("sm_90a",))
     policy = LearnedPolicy(archs=(Arch.SM90A,), backends=BACKENDS, seed=0)
     search = ShapeSearch(problem, policy.vocab.variants, runner, random.Random(0))
     search.seed(heuristic_seeds(policy.vocab.variants, [problem], Arch.SM90A))
@@ -121,3 +123,34 @@ def test_the_lineage_search_climbs():
         search.climb(1)
     assert search.known[search.elites(1)[0]] > start + 0.1
     assert {p.backend for p in search.leaders()} == set(BACKENDS)
+
+
+def test_the_model_chooses_swap_first_and_tiles_it_onto_the_instruction():
+    """swap_ab is walked before the tile, its heads hold the small-problem values the
+    space has (swap, inkernel, 16 stages for triton), a swapped in-kernel program encodes
+    and decodes exactly, and the warp-tiling features read bm against the instruction's
+    N side once swap_ab is chosen."""
+    import math
+    from gemmforge.ir.space import Space
+    from gemmforge.policy.learned_net import N_DERIVED, STEPS, Vocab, derived
+    assert STEPS[:3] == ("backend", "swap_ab", "tile.bm")
+    vocab = Vocab(Space.build([Arch.SM90A], ["triton"]))
+    program = parse("triton sm_90a 16x64x64 w1x4 s16 swnone row/1 pred k4i dp c1x1 nows direct swap")
+    assert vocab.decode(Arch.SM90A, vocab.encode(program)) == program
+    problem = Problem(7, 4096, 4096)
+    mask = vocab.mask(STEPS.index("swap_ab"), problem, Arch.SM90A, {"backend": "triton"})
+    assert mask.tolist() == [True, True]
+    units = torch.tensor([[64.0, 8.0, 128.0]])  # a wgmma-like instruction: M 64, N 8
+    vals = torch.full((2, len(STEPS)), math.nan)
+    vals[:, 0] = 0
+    vals[:, STEPS.index("swap_ab")] = torch.tensor([0.0, 1.0])
+    for knob, value in (("tile.bm", 16), ("tile.bn", 64), ("tile.bk", 64), ("warps.wm", 1),
+                        ("warps.wn", 1)):
+        vals[:, STEPS.index(knob)] = value
+    dims = torch.tensor([[7.0, 4096.0, 4096.0]] * 2)
+    limits = torch.tensor([[132.0, 232448.0, 1024.0]] * 2)
+    out = derived(dims, limits, units, vals)
+    assert out.shape == (2, N_DERIVED)
+    plain, swapped = out[0, 8:10].tolist(), out[1, 8:10].tolist()
+    assert plain == pytest.approx([math.log2(16 / 64) / 4, math.log2(64 / 8) / 4])
+    assert swapped == pytest.approx([math.log2(16 / 8) / 4, math.log2(64 / 64) / 4])
