@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import IRError, check, parse, parse_problem  # noqa: E402
 
@@ -88,10 +88,10 @@ def run_turn(fn, flops: float, seconds: float, batch: int, period_ms: int) -> di
 
 def measure(problem, program, args) -> dict:
     """Turns of `program` and cuBLAS at `problem`, alternating. Raises SystemExit if the
-    program's output is wrong, RuntimeError (backends.BuildError among them) if it fails to
+    program's output is wrong, RuntimeError (compiler.values.BuildError among them) if it fails to
     build or launch."""
     import torch
-    from gemmforge.compiler.pipeline import compile_and_load
+    from gemmforge.backends.pipeline import compile_and_load
     kernel = compile_and_load(program, problem)
     m, n, k = problem.m, problem.n, problem.k
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)

@@ -24,11 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 import torch  # noqa: E402
 
-from benchmarks.clock_under_load import FLOP_PER_SM_CYCLE, run_turn  # noqa: E402
+from clock_under_load import FLOP_PER_SM_CYCLE, run_turn  # noqa: E402
 
 FLOP_PER_CLOCK = 132 * FLOP_PER_SM_CYCLE  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
 
@@ -62,7 +62,7 @@ def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) 
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     gemm, label = (lambda: torch.matmul(a, b, out=c)), "cuBLAS NN"
     if program:
-        from gemmforge.compiler.pipeline import compile_and_load
+        from gemmforge.backends.pipeline import compile_and_load
         from gemmforge.ir import Problem, parse
         kernel = compile_and_load(parse(program), Problem(m, n, k))
         gemm, label = (lambda: kernel(a, b, out=c)), program

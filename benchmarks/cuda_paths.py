@@ -15,13 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import Problem, parse  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402
 from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from gemmforge.search.records import BenchSettings  # noqa: E402
 from gemmforge.search.report import write_report  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 PROGRAMS = {
     "cuda_simt": ["cuda_simt sm_80 128x128x16 w4x2 s2 swpad row/8 pred k1 dp c1x1 nows direct",
@@ -54,7 +56,7 @@ def main() -> int:
             programs = [parse(t) for texts in PROGRAMS.values() for t in texts]
             results += evaluate(programs, Problem(m, n, k), device_runner=runner,
                                 builders=builders, settings=settings)
-    csv_path, png_path = write_report(results, args.name)
+    csv_path, png_path = write_report(results, args.name, RESULTS)
     print(f"wrote {csv_path} and {png_path}")
     print(table(results))
     return 0

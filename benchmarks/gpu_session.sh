@@ -20,7 +20,7 @@ for part in "$@"; do
     tests) python3 -m pytest -m gpu $arg -q --tb=short -p no:cacheprovider >"$OUT/t_$tag.log" 2>&1
            rc=$?; tail -3 "$OUT/t_$tag.log"; grep -E "^(FAILED|ERROR)" "$OUT/t_$tag.log" | head -20;;
     bench) python3 $arg >"$OUT/b_$tag.log" 2>&1; rc=$?; tail -40 "$OUT/b_$tag.log";;
-    cli) python3 -m gemmforge.compiler.cli $arg >"$OUT/c_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/c_$tag.log";;
+    cli) python3 -m gemmforge.cli $arg >"$OUT/c_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/c_$tag.log";;
     sh) bash $arg >"$OUT/s_$tag.log" 2>&1; rc=$?; tail -25 "$OUT/s_$tag.log";;
     env) export "$arg"; rc=0;;
     *) echo "unknown part $part"; rc=2;;

@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402

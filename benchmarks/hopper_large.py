@@ -37,14 +37,16 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
-from gemmforge.search.commands import GRID  # noqa: E402
+from gemmforge.search.shapes import GRID  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402
 from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from gemmforge.search.records import BenchSettings  # noqa: E402
 from gemmforge.search.report import best_per_shape, read_csv, write_report  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 PROGRAMS = Path(__file__).with_name("programs") / "hopper_large.txt"
 BIG = "8192x8192x8192"
@@ -137,7 +139,7 @@ def main() -> int:
             programs = [p for p in map(parse, candidates) if check(p, problem) is None]
             results += evaluate(programs, problem, device_runner=runner, builders=builders,
                                 settings=settings)
-    csv_path, png_path = write_report(results, args.name)
+    csv_path, png_path = write_report(results, args.name, RESULTS)
     print(f"wrote {csv_path} and {png_path}")
     print(summary(results))
     print(f"wall time {time.perf_counter() - start:.0f} s "

@@ -10,8 +10,8 @@ their launcher is Triton 3.9's CudaLauncher.__call__ (scratch checks, the tensor
 wrapper with its `make_tensordesc_arg` per descriptor, launch hooks called as the C launcher
 calls them). What stands in:
 
-- operands are CPU fp16 tensors, and the gemmforge functions that ask `t.is_cuda` run as
-  bytecode-identical copies asking `t.is_cpu` (one attribute read either way);
+- operands are CPU fp16 tensors, and `Kernel.device_flag` is "is_cpu" (the checks read
+  `t.is_cpu` where they read `t.is_cuda`, one attribute read either way);
 - torch's device queries answer an H200 (capability 9.0, 132 SMs); the current-stream call
   `torch._C._cuda_getCurrentRawStream` and `torch.cuda.current_device` are the builtin `int`
   (one C call returning 0; CPU tensors have no device index, so both are asked);
@@ -93,16 +93,15 @@ import subprocess
 import sys
 import tempfile
 import timeit
-import types
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 import torch  # noqa: E402
 
 from gemmforge.backends import registry  # noqa: E402
-from gemmforge.backends.base import Artifact, Target  # noqa: E402
+from gemmforge.compiler.values import Artifact, Target  # noqa: E402
 from gemmforge.backends.triton import toolchain  # noqa: E402
 from gemmforge.compiler import runtime as core  # noqa: E402
 from gemmforge.ir import Problem, parse, verify  # noqa: E402
@@ -124,19 +123,6 @@ size_t gemmforge_workspace_bytes(int m, int n, int k) { return 0; }
 
 
 # ---- stand-ins -----------------------------------------------------------------------------
-
-def _asking_is_cpu(code: types.CodeType) -> types.CodeType:
-    """`code` with every `.is_cuda` read made `.is_cpu` (nested code objects too)."""
-    consts = tuple(_asking_is_cpu(c) if isinstance(c, types.CodeType) else c
-                   for c in code.co_consts)
-    names = tuple("is_cpu" if n == "is_cuda" else n for n in code.co_names)
-    return code.replace(co_names=names, co_consts=consts)
-
-
-def _names_is_cuda(code: types.CodeType) -> bool:
-    return "is_cuda" in code.co_names or any(
-        isinstance(c, types.CodeType) and _names_is_cuda(c) for c in code.co_consts)
-
 
 class _Patches:
     """setattr with undo, in reverse order."""
@@ -160,15 +146,9 @@ _MISSING = object()
 
 
 def _cpu_operands(p: _Patches) -> None:
-    """gemmforge's operand checks accept CPU tensors (is_cuda -> is_cpu, same bytecode)."""
-    owners = [(core, vars(core))] + [(cls, vars(cls)) for cls in vars(core).values()
-                                     if isinstance(cls, type) and cls.__module__ == core.__name__]
-    for owner, namespace in owners:
-        for name, fn in list(namespace.items()):
-            if isinstance(fn, types.FunctionType) and _names_is_cuda(fn.__code__):
-                p.set(owner, name, types.FunctionType(
-                    _asking_is_cpu(fn.__code__), fn.__globals__, fn.__name__,
-                    fn.__defaults__, fn.__closure__))
+    """gemmforge's operand checks accept CPU tensors (Kernel.device_flag: one attribute
+    read either way)."""
+    p.set(core.Kernel, "device_flag", "is_cpu")
 
 
 def _c_launch_stub(*args):

@@ -32,13 +32,13 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from benchmarks.rows import measure_rows  # noqa: E402
-from gemmforge.compiler.pipeline import compile_and_load  # noqa: E402
+from rows import measure_rows  # noqa: E402
+from gemmforge.backends.pipeline import compile_and_load  # noqa: E402
 from gemmforge.ir import parse, parse_problem  # noqa: E402
 
 SHAPES = ("256x256x256", "1024x1024x1024", "2048x2048x512")

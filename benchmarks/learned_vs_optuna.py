@@ -31,13 +31,13 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gemmforge.ir.program import Arch, IRError  # noqa: E402
 from gemmforge.ir.space import KNOBS, Space, assemble, variant  # noqa: E402
-from gemmforge.search.commands import RandomPolicy, parse_shapes  # noqa: E402
-from gemmforge.search.report import RESULTS_DIR  # noqa: E402
+from gemmforge.policy.random import RandomPolicy  # noqa: E402
+from gemmforge.search.shapes import parse_shapes  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 METHODS = ("learned", "optuna", "random")
 
@@ -201,7 +201,7 @@ def _rows(runner, problem, policy, arch, args) -> list[dict]:
 
 
 def _write(rows: list[dict], args) -> None:
-    out = Path(args.out_dir) if args.out_dir else RESULTS_DIR
+    out = Path(args.out_dir) if args.out_dir else RESULTS
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / f"{args.name}.csv", out / f"{args.name}.png"
     with csv_path.open("w", newline="") as f:

@@ -9,7 +9,7 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT/mma"
 GENCODE="-gencode=arch=compute_80,code=sm_90"
 for prog in "cuda_mma sm_80 128x128x32 w2x2 s4 sw128 row/8 pred k1 dp c1x1 nows direct" \
             "cuda_mma sm_80 128x256x64 w2x4 s3 sw128 row/8 pred k1 dp c1x1 nows direct"; do
-  cu=$(python3 -m gemmforge.compiler.cli emit --shape 8192x8192x8192 --arch sm_80 --program "$prog" -o "$OUT/mma" | tail -1)
+  cu=$(python3 -m gemmforge.cli emit --shape 8192x8192x8192 --arch sm_80 --program "$prog" -o "$OUT/mma" | tail -1)
   base=${cu%.cu}
   # variant "free": the mma asm without volatile, so the compiler may schedule it freely
   sed 's/asm volatile("mma.sync/asm("mma.sync/' "$cu" > "${base}_free.cu"

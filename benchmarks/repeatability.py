@@ -45,10 +45,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse  # noqa: E402
-from gemmforge.search.commands import parse_shapes  # noqa: E402
+from gemmforge.search.shapes import parse_shapes  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402
 from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from gemmforge.search.records import BenchSettings  # noqa: E402

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 import torch  # noqa: E402
 
@@ -32,7 +32,7 @@ def main() -> int:
     c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
     gemm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
     if args.program:
-        from gemmforge.compiler.pipeline import compile_and_load
+        from gemmforge.backends.pipeline import compile_and_load
         kernel = compile_and_load(parse(args.program), problem)
         gemm = lambda: kernel(a, b, out=c)  # noqa: E731
     for _ in range(args.calls):

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 from gemmforge.compiler import nvcc
-from gemmforge.compiler.emit import emit
+from gemmforge.emit import emit
 from gemmforge.ir import Arch, Problem, parse
 program, cu_dir, exe = sys.argv[1:4]
 cu = emit(Problem(4096, 4096, 4096, "nn", "f32"), parse(program), Path(cu_dir))

@@ -38,7 +38,7 @@ from hopper_large import best_over_runs, geomean, part  # noqa: E402
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
 from gemmforge.ir.program import Arch  # noqa: E402
 from gemmforge.policy.heuristic import default_program  # noqa: E402
-from gemmforge.search.commands import GRID  # noqa: E402
+from gemmforge.search.shapes import GRID  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402
 from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from gemmforge.search.records import BenchSettings  # noqa: E402

@@ -27,10 +27,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.compiler import nvcc  # noqa: E402
-from gemmforge.compiler.emit import emit  # noqa: E402
+from gemmforge.emit import emit  # noqa: E402
 from gemmforge.ir import Arch, Problem, parse  # noqa: E402
 
 PROGRAM = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 {} c1x1 pingpong tma"

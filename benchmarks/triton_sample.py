@@ -4,7 +4,7 @@
     python3 benchmarks/triton_sample.py [--shapes sample:50:3] [--name triton_sample]
 
 Sample: `sample:50:3` draws 50 of the 1,000 grid shapes uniformly without replacement with
-Python's random.Random(3) (search.commands.parse_shapes). Per shape, every program of
+Python's random.Random(3) (search.shapes.parse_shapes). Per shape, every program of
 SWEEP that verify accepts is measured with search.env.evaluate (gate first; kernel time
 from CUDA graphs and call time, cuBLAS NN/TN interleaved in the same process). The first
 program is measured twice in the same batch for every shape: the difference between the
@@ -26,14 +26,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse  # noqa: E402
-from gemmforge.search.commands import parse_shapes  # noqa: E402
+from gemmforge.search.shapes import parse_shapes  # noqa: E402
 from gemmforge.search.env import evaluate  # noqa: E402
 from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
 from gemmforge.search.records import BenchSettings  # noqa: E402
 from gemmforge.search.report import best_per_shape, write_report  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 SWEEP = [
     "triton sm_90a 128x256x64 w2x4 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
@@ -70,7 +72,7 @@ def main() -> int:
             programs = [p for p in map(parse, SWEEP) if check(p, problem) is None]
             results += evaluate([programs[0], *programs], problem, device_runner=runner,
                                 builders=builders, settings=settings)
-    csv_path, png_path = write_report(results, args.name)
+    csv_path, png_path = write_report(results, args.name, RESULTS)
     print(f"wrote {csv_path} and {png_path}")
     print(summary(results))
     print(f"wall time {time.perf_counter() - start:.0f} s "

@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 DB=${1:-sqlite:///$(realpath "$OUT")/tune.db}
-python3 -m gemmforge.compiler.cli tune --shapes sample:20:0 --budget 8 --backends triton \
+python3 -m gemmforge.cli tune --shapes sample:20:0 --budget 8 --backends triton \
   --storage "$DB" --report tune_sample20 --quiet
-python3 -m gemmforge.compiler.cli tune --budget 12 --backends triton --storage "$DB" --report tune_small \
+python3 -m gemmforge.cli tune --budget 12 --backends triton --storage "$DB" --report tune_small \
   --quiet --shapes 64x64x64,64x128x256,128x64x512,256x256x64,128x128x128,64x256x128,256x64x256,512x64x64

@@ -12,7 +12,7 @@ for c in "${@:-1 4 8}"; do
   for n in $c; do
     db=$(mktemp -u /tmp/gemmforge-throughput-XXXX).db
     echo "=== --concurrent $n --batch $BATCH"
-    python3 -m gemmforge.compiler.cli tune --shapes "$SHAPES" --budget 16 --backends triton \
+    python3 -m gemmforge.cli tune --shapes "$SHAPES" --budget 16 --backends triton \
       --storage "sqlite:///$db" --report "tune_throughput_c${n}_b$BATCH" --quiet --concurrent "$n" --batch "$BATCH" \
       | tail -4
     rm -f "$db"

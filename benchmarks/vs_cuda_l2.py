@@ -24,7 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.search.report import best_per_shape, read_csv  # noqa: E402
 

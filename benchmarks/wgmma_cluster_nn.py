@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 PROGRAMS = [
     "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
@@ -32,7 +32,7 @@ PROGRAMS = [
 def build(text: str, layout: str):
     """The kernel of `text` for `layout`, f32 accumulate, lowered and built without verify."""
     from gemmforge.backends import registry
-    from gemmforge.compiler import pipeline
+    from gemmforge.backends import pipeline
     from gemmforge.ir import Problem, parse
     program = parse(text)
     backend = registry.get(program.backend)

@@ -27,10 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
-from gemmforge.compiler import pipeline  # noqa: E402
-from gemmforge.compiler.emit import build_selftest, emit  # noqa: E402
+from gemmforge.backends import pipeline  # noqa: E402
+from gemmforge.emit import build_selftest, emit  # noqa: E402
 from gemmforge.ir import Problem, parse  # noqa: E402
 
 PROGRAMS = [

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from gemmforge.backends.base import Artifact, Source, Target
+from gemmforge.compiler.values import Artifact, Source, Target
 from gemmforge.ir.program import Accum, Layout
 
 RECORD = "artifact.json"

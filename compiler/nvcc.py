@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gemmforge.backends.base import BuildError
 from gemmforge.compiler.knobs import knobs
+from gemmforge.compiler.values import BuildError
 from gemmforge.ir.program import Arch
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "-lineinfo")

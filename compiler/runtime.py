@@ -17,7 +17,7 @@ import json
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from gemmforge.backends.base import Artifact
+from gemmforge.compiler.values import Artifact
 from gemmforge.ir.program import Layout
 
 _LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
@@ -32,10 +32,10 @@ def loader(kind: str):
 
 
 def load(artifact: Artifact) -> "Kernel":
-    """A callable Kernel for `artifact`; ValueError for a kind no loader knows."""
-    if artifact.kind not in _LOADERS:
-        from gemmforge import backends  # backends register their loaders on import
-        backends.registry.names()
+    """A callable Kernel for `artifact`; ValueError for a kind no loader knows.
+
+    Backends register their loaders when they are imported; `backends.pipeline.load`
+    imports them first, so callers above the backends use that."""
     if artifact.kind not in _LOADERS:
         raise ValueError(f"no loader for artifact kind {artifact.kind!r}; "
                          f"known: {', '.join(sorted(_LOADERS))}")
@@ -46,7 +46,13 @@ SHAPES_KEPT = 64  # (problem size, device) pairs whose workspace size a kernel r
 
 
 class Kernel(ABC):
-    """A loaded GEMM kernel: C[m, n] = A[m, k] @ B with the artifact's layout."""
+    """A loaded GEMM kernel: C[m, n] = A[m, k] @ B with the artifact's layout.
+
+    `device_flag` names the tensor attribute that says an operand is on this kernel's
+    device ("is_cuda"; the null backend's host kernel says "is_cpu"), and `_stream` gives
+    the stream handle a launch goes to: the user path is the same code for both."""
+
+    device_flag = "is_cuda"
 
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
@@ -82,8 +88,9 @@ class Kernel(ABC):
         and (n, k) for nt; all contiguous. Runs on the current stream."""
         import torch
         f16 = torch.float16
-        m, k, n = _fast_shapes(a, b, self._nn, f16) or _check_operands(
-            a, b, self.artifact.layout)
+        flag = self.device_flag
+        m, k, n = _fast_shapes(a, b, self._nn, f16, flag) or _check_operands(
+            a, b, self.artifact.layout, flag)
         device = a.device
         index = device.index
         if out is None:
@@ -95,8 +102,12 @@ class Kernel(ABC):
             need = self._need(m, n, k, index)
         ws = self._scratch(device, need) if need else 0
         self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws, need,
-                    _current_stream(index))
+                    self._stream(index))
         return out
+
+    def _stream(self, index: int | None) -> int:
+        """The stream handle of device `index` that a launch goes to: the current one."""
+        return _current_stream(index)
 
     def _need(self, m: int, n: int, k: int, index: int | None) -> int:
         """workspace_bytes, remembered per device: it depends on the sizes and the device
@@ -118,10 +129,11 @@ class Kernel(ABC):
         return cached[0]
 
 
-def _fast_shapes(a, b, nn: bool, f16) -> tuple[int, int, int] | None:
+def _fast_shapes(a, b, nn: bool, f16, flag: str) -> tuple[int, int, int] | None:
     """(m, k, n) when the operands are plainly fine (the common case, few attribute reads),
-    else None: then _check_operands finds what is wrong and says so."""
-    if (a.dtype is not f16 or b.dtype is not f16 or not a.is_cuda or not a.is_contiguous()
+    else None: then _check_operands finds what is wrong and says so. `flag`: the tensor
+    attribute true on the kernel's device (Kernel.device_flag)."""
+    if (a.dtype is not f16 or b.dtype is not f16 or not getattr(a, flag) or not a.is_contiguous()
             or not b.is_contiguous() or a.device != b.device):
         return None
     sa, sb = a.shape, b.shape
@@ -149,11 +161,16 @@ def _current_stream(index: int | None) -> int:
     return _raw_stream(index)
 
 
-def _check_operands(a, b, layout: Layout) -> tuple[int, int, int]:
+_DEVICE_WORD = {"is_cuda": "CUDA", "is_cpu": "CPU"}
+
+
+def _check_operands(a, b, layout: Layout, flag: str = "is_cuda") -> tuple[int, int, int]:
+    """(m, k, n) of operands on the kernel's device (`flag`), or ValueError saying what is
+    wrong with them."""
     import torch
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or not t.is_cuda:
-            raise ValueError(f"{name} must be a float16 CUDA tensor")
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or not getattr(t, flag):
+            raise ValueError(f"{name} must be a float16 {_DEVICE_WORD.get(flag, flag)} tensor")
         if t.dim() != 2 or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous 2-D tensor, got shape {tuple(t.shape)}")
     m, k = a.shape

@@ -8,14 +8,18 @@ The face of the package:
     c = gemmforge.matmul(a, b)       # the shipped, tuned or heuristic program for a's and b's shape
 
 The floors below it, each importing only those under it: `gemmforge.ir` (programs, text,
-schema, verify) -> `gemmforge.compiler` (toolchain, pipeline, runtime) -> `gemmforge.backends`
--> `gemmforge.policy` -> `gemmforge.search`. `compile`, `load` and `matmul` are imported on
-first use, so `import gemmforge` costs only the IR.
+schema, verify against the capability table) -> `gemmforge.compiler` (the toolchain: nvcc,
+knobs, artifacts, runtime) -> `gemmforge.backends` (and the pipeline) -> `gemmforge.policy`
+-> `gemmforge.search`; this folder (`ops`, `emit`, `cli`) sits on top. The IR never imports
+the backends: this module installs the loader that imports them when the IR first looks a
+backend up. `compile`, `load` and `matmul` are imported on first use, so `import gemmforge`
+costs only the IR.
 """
 from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from gemmforge.ir.capabilities import table as _capabilities
 from gemmforge.ir.program import Problem, Program
 from gemmforge.ir.text import parse
 
@@ -24,10 +28,20 @@ try:
 except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
+
+def _import_backends() -> None:
+    """Fill the IR's capability table: importing the backends registers them (and installs
+    their own loader for the rest)."""
+    import importlib
+    importlib.import_module("gemmforge.backends")
+
+
+_capabilities.on_first_use(_import_backends)
+
 _LAZY = {
-    "compile": ("gemmforge.compiler.pipeline", "compile"),
-    "load": ("gemmforge.compiler.pipeline", "load"),
-    "matmul": ("gemmforge.compiler.ops", "matmul"),
+    "compile": ("gemmforge.backends.pipeline", "compile"),
+    "load": ("gemmforge.backends.pipeline", "load"),
+    "matmul": ("gemmforge.ops", "matmul"),
 }
 
 __all__ = ["Problem", "Program", "parse", "compile", "load", "matmul", "__version__"]

@@ -319,8 +319,7 @@ class Program:
     @property
     def key(self) -> str:
         """Content hash: 16 hex digits of sha256 over the canonical text form."""
-        from gemmforge.ir.text import to_text
-        return hashlib.sha256(to_text(self).encode()).hexdigest()[:16]
+        return hashlib.sha256(_TEXT_FORM[0](self).encode()).hexdigest()[:16]
 
     @property
     def name(self) -> str:
@@ -331,8 +330,18 @@ class Program:
                 f"_s{self.stages}_{self.key[:8]}")
 
     def __str__(self) -> str:
-        from gemmforge.ir.text import to_text
-        return to_text(self)
+        return _TEXT_FORM[0](self)
+
+
+_TEXT_FORM: list = [None]
+"""The canonical text form's writer, `ir.text.to_text`: ir/text.py sets it when imported
+(the package's __init__ imports it), so this file need not import the text form that
+imports it."""
+
+
+def set_text_form(to_text) -> None:
+    """Install `to_text` (Program -> str) as the form str() and key use."""
+    _TEXT_FORM[0] = to_text
 
 
 def program_fields() -> tuple[str, ...]:

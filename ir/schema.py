@@ -104,7 +104,7 @@ def program_schema(backends: list[str] | None = None) -> dict:
     """JSON Schema (draft 2020-12) of the Program JSON form.
 
     `backends`: names to enumerate for the backend field; None accepts any
-    backend-shaped name (the registry decides later, in verify).
+    backend-shaped name (the capability table decides later, in verify).
     """
     backend = ({"enum": sorted(backends)} if backends is not None
                else {"type": "string", "pattern": "^[a-z][a-z0-9_]{1,31}$"})
@@ -150,7 +150,7 @@ def checked_in_schema() -> dict:
 
 
 def write_schema() -> Path:
-    """Regenerate ir/program.schema.json with the registry's backends enumerated."""
-    from gemmforge.backends import registry
-    SCHEMA_PATH.write_text(json.dumps(program_schema(sorted(registry.names())), indent=2) + "\n")
+    """Regenerate ir/program.schema.json with the registered backends enumerated."""
+    from gemmforge.ir.capabilities import table
+    SCHEMA_PATH.write_text(json.dumps(program_schema(table.names()), indent=2) + "\n")
     return SCHEMA_PATH

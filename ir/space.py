@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from gemmforge.ir import capabilities
 from gemmforge.ir.program import (
     DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
     TILE_LIMITS, Arch, Cluster, Problem, Program, Raster, Reduction, SplitK, Tile, Warps,
@@ -265,8 +266,7 @@ class Variant:
 @functools.lru_cache(maxsize=None)
 def variant(backend_name: str, arch: Arch) -> Variant:
     """The Variant of a registered backend on `arch` (ValueError if it doesn't emit it)."""
-    from gemmforge.backends import registry
-    backend = registry.get(backend_name)
+    backend = capabilities.table.get(backend_name)
     if arch not in backend.archs:
         raise ValueError(f"{backend_name} does not emit {arch.value}")
     bases = _bases(backend, arch)
@@ -297,7 +297,7 @@ class Space:
               problem: Problem | None = None) -> "Space":
         """Every registered backend (or those named) on each of `archs` it emits, left out
         where it can't compute `problem`'s layout or accumulator."""
-        from gemmforge.backends import registry
+        registry = capabilities.table
         names = sorted(backends) if backends is not None else registry.names()
         out = []
         for name in names:

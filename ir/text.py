@@ -21,7 +21,7 @@ import re
 
 from gemmforge.ir.program import (
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder,
-    Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
+    Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps, set_text_form,
 )
 
 _SWIZZLE = {Swizzle.NONE: "swnone", Swizzle.B32: "sw32", Swizzle.B64: "sw64",
@@ -71,6 +71,9 @@ def to_text(p: Program) -> str:
     """The canonical text form of `p` (one line, 13 tokens and the optional ones set)."""
     tokens = (fn(getattr(p, name)) for name, fn in _FIELD_TEXT.items())
     return " ".join(t for t in tokens if t)
+
+
+set_text_form(to_text)
 
 
 _FORM = ("backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP "

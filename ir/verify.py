@@ -6,7 +6,7 @@ cheapest to the most specific; each message names the field and the limit.
 """
 from __future__ import annotations
 
-from gemmforge.ir import graph
+from gemmforge.ir import capabilities, graph
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
 from gemmforge.ir.text import field_text
 from gemmforge.ir.program import (
@@ -27,9 +27,8 @@ class VerifyError(IRError):
 
 
 def _backend(p: Program):
-    from gemmforge.backends import registry
     try:
-        return registry.get(p.backend), None
+        return capabilities.table.get(p.backend), None
     except KeyError as e:
         return None, f"backend: {e.args[0]}"
 

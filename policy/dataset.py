@@ -149,11 +149,11 @@ def _text(completion) -> str:
 
 
 def make_reward_fn(score: Scorer) -> Callable[..., list[float]]:
-    """A TRL reward function: parse and verify each completion (policy.llm.parse_reply),
+    """A TRL reward function: parse and verify each completion (policy.replies.parse_reply),
     score the legal programs of each problem in one batch with `score(programs, problem)`
     (e.g. search.env.evaluate + reward), and give FAILED_REWARD to the rest."""
     from gemmforge.ir.text import parse_problem
-    from gemmforge.policy.llm import parse_reply
+    from gemmforge.policy.replies import parse_reply
 
     def reward_fn(completions, problem, arch, **_) -> list[float]:
         rewards = [FAILED_REWARD] * len(completions)

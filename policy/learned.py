@@ -18,7 +18,7 @@ on every training shape (policy/learned_search.py: the heuristic's programs seed
 lineage each, `climbs` new edits of each lineage's best per visit), all measured through
 the runner, so the elites include what the model alone would not reach. Loss per group:
   -mean(advantage x log-prob)  advantage = the centred rank of the reward in the group
-                               ("rank": an illegal program, INVALID_VALUE, is simply last
+                               ("rank": an illegal program, INVALID_REWARD, is simply last
                                instead of squashing the working ones' spread) or its
                                z-score ("zscore");
   - entropy weight x entropy   annealed from `entropy_weight` to 0;
@@ -53,7 +53,8 @@ from gemmforge.ir.space import KNOBS, Space, Variant
 from gemmforge.ir.verify import check
 from gemmforge.policy.heuristic import HeuristicPolicy
 from gemmforge.policy.learned_net import ProgramModel
-from gemmforge.policy.learned_search import INVALID_VALUE, ShapeSearch, apply, edits, heuristic_seeds
+from gemmforge.policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
+from gemmforge.policy.reward import INVALID_REWARD
 
 CHECKPOINT_VERSION = 2
 BEAM_WIDTH = 32
@@ -171,7 +172,7 @@ class LearnedPolicy:
         sure of a knob still gets the knob's alternatives tried, and a new best that the
         noise of a knob that hardly matters brought doesn't restart the same knobs.
         Records each edit's (backend, knob) in `knob_of`."""
-        ok = [p for p, r in seen.items() if r > INVALID_VALUE]
+        ok = [p for p, r in seen.items() if r > INVALID_REWARD]
         if not ok:
             return []
         base = max(ok, key=seen.get)
@@ -240,7 +241,7 @@ class LearnedPolicy:
         elite, leader, start = [], [], 0
         for _, _, programs, rewards in groups:
             order = sorted(range(len(rewards)), key=lambda i: -rewards[i])
-            ok = [i for i in order if rewards[i] > INVALID_VALUE]
+            ok = [i for i in order if rewards[i] > INVALID_REWARD]
             elite += [start + i for i in ok[:top]]
             firsts = {programs[i].backend: i for i in reversed(ok)}
             leader += [start + i for i in firsts.values()

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
 from gemmforge.ir.space import KNOBS, Variant, assemble, knob_value
 from gemmforge.ir.verify import check
+from gemmforge.policy.reward import INVALID_REWARD, reward
 
-INVALID_VALUE = -6.0         # reward of a program that fails verify (below every failure)
 SEEDS_PER_BACKEND = 3        # heuristic programs that start a shape's lineages, per backend
 MAX_COMPOSED = 6             # most edits composed into one
 
@@ -87,7 +87,7 @@ def heuristic_seeds(variants: Mapping, problems: Sequence[Problem],
 
 class ShapeSearch:
     """The measured programs of one shape, by lineage (see the module docstring).
-    `known`: program -> reward (INVALID_VALUE if illegal); `root`: program -> lineage."""
+    `known`: program -> reward (INVALID_REWARD if illegal); `root`: program -> lineage."""
 
     def __init__(self, problem: Problem, variants: Mapping, runner, rng: random.Random,
                  compose: float = 0.5):
@@ -108,19 +108,18 @@ class ShapeSearch:
     def measure(self, programs: Sequence[Program | None], root) -> list[float]:
         """Rewards of `programs` (None: undecodable), measuring the legal ones not yet
         known (once each); new ones join lineage `root`."""
-        from gemmforge.search.env import reward
         todo = [p for p in dict.fromkeys(programs) if p is not None and p not in self.known]
         legal = [p for p in todo if check(p, self.problem) is None]
-        self.known.update({p: INVALID_VALUE for p in todo})
+        self.known.update({p: INVALID_REWARD for p in todo})
         results = self.runner.evaluate(legal, self.problem) if legal else []
         self.known.update(zip(legal, map(reward, results)))
         for p in legal:
             self.root.setdefault(p, root)
-        return [INVALID_VALUE if p is None else self.known[p] for p in programs]
+        return [INVALID_REWARD if p is None else self.known[p] for p in programs]
 
     def elites(self, count: int) -> list[Program]:
         """The `count` best working programs measured here."""
-        ok = [p for p, r in self.known.items() if r > INVALID_VALUE]
+        ok = [p for p, r in self.known.items() if r > INVALID_REWARD]
         return sorted(ok, key=self.known.get, reverse=True)[:count]
 
     def leaders(self) -> list[Program]:
@@ -178,4 +177,4 @@ class ShapeSearch:
         if check(program, self.problem) is None:
             found.append(program)
         else:
-            self.known[program] = INVALID_VALUE
+            self.known[program] = INVALID_REWARD

@@ -22,36 +22,20 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
-from gemmforge.ir.schema import from_json, program_schema, to_json
-from gemmforge.ir.verify import check
+from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
+from gemmforge.ir.schema import program_schema, to_json
 from gemmforge.policy.dataset import DatasetWriter, make_row
 from gemmforge.policy.lineage import Lineage
 from gemmforge.policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
+from gemmforge.policy.replies import Proposal, parse_reply
 from gemmforge.policy.samplers import OpenAISampler, Sampler, SamplerError, VLLMSampler
 
 ANALYSIS_MAX_CHARS = 400  # ~100 words; bounds the tokens spent before the program
 SEED_STRIDE = 1 << 16  # more samples than one request ever asks for
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """One completion and what became of it: `program` is None when `reason` says why."""
-
-    program: Program | None
-    reason: str
-    raw_text: str
-    analysis: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.program is not None
 
 
 def _value_schema(values: list) -> dict:
@@ -96,37 +80,6 @@ def reply_schema(problem: Problem, arch: Arch) -> dict:
         "required": ["analysis", "program"],
         "additionalProperties": False,
     }
-
-
-def _loads(text: str):
-    """The JSON value of a reply (a ```json fence around it is tolerated)."""
-    fenced = _FENCE.match(text)
-    return json.loads(fenced.group(1) if fenced else text)
-
-
-def parse_reply(text: str, problem: Problem, arch: Arch) -> Proposal:
-    """Turn one completion into a Proposal: a verified Program, or None and the reason."""
-    try:
-        obj = _loads(text)
-    except (json.JSONDecodeError, TypeError) as e:
-        return Proposal(None, f"reply: not valid JSON ({e})", text)
-    if not isinstance(obj, dict):
-        return Proposal(None, f"reply: expected a JSON object, got {type(obj).__name__}", text)
-    analysis = obj.get("analysis", "")
-    body = obj.get("program", obj if "backend" in obj else None)
-    if not isinstance(body, dict):
-        return Proposal(None, "reply: no 'program' object", text, str(analysis))
-    try:
-        program = from_json(body)
-    except IRError as e:
-        return Proposal(None, f"schema: {e}", text, str(analysis))
-    if program.arch != arch:
-        return Proposal(None, f"arch: asked for {arch.value}, got {program.arch.value}",
-                        text, str(analysis))
-    reason = check(program, problem)
-    if reason:
-        return Proposal(None, f"verify: {reason}", text, str(analysis))
-    return Proposal(program, "", text, str(analysis))
 
 
 @dataclass

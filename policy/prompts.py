@@ -28,10 +28,10 @@ from gemmforge.ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
 from gemmforge.ir.schema import to_json
 from gemmforge.ir.verify import runs_text
 from gemmforge.policy.lineage import Lineage, field_distance
+from gemmforge.policy.reward import WORST_REWARD
 
-FAILED_REWARD = -5.0
-"""Rewards at or below this are failures; mirrors search.env.WORST_REWARD (a test checks),
-kept here so building a prompt never imports the measuring machinery."""
+FAILED_REWARD = WORST_REWARD
+"""Rewards at or below this are failures (policy.reward.WORST_REWARD)."""
 
 SM_COUNT = {Arch.SM80: 108, Arch.SM90A: 132}  # A100; H100 SXM / H200
 DENSE_FP16_TFLOPS = {Arch.SM80: 312, Arch.SM90A: 989}  # tensor-core peak, dense

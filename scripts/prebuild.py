@@ -4,7 +4,7 @@
         --kinds nn:f32,nt:f32 --programs-file benchmarks/programs/hopper.txt
 
 Builds happen in parallel (--jobs). On the GPU machine, point GEMMFORGE_CACHE_DIR at the
-carried folder: compiler.pipeline.compile finds each artifact by its content key (the
+carried folder: backends.pipeline.compile finds each artifact by its content key (the
 lowered source, the backend's fingerprint, the nvcc version and the target), so nothing
 is rebuilt there when the toolchains match, and anything that does not match is simply
 built again.
@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
-from gemmforge.backends.base import BuildError, Target  # noqa: E402
-from gemmforge.compiler import pipeline  # noqa: E402
+from gemmforge.compiler.values import BuildError, Target  # noqa: E402
+from gemmforge.backends import pipeline  # noqa: E402
 from gemmforge.ir import IRError, Problem, parse  # noqa: E402
 
 

@@ -9,7 +9,7 @@ that a machine without the wheel uses as its GEMMFORGE_CACHE_DIR.
 
 Pairs are a program's text form and a problem written M x N x K[:layout[:acc]]. The
 artifact cache key hashes the lowered source, the backend fingerprint, the nvcc version
-and the target, so `compiler.pipeline.compile(program, problem, Target(90))` on the GPU
+and the target, so `backends.pipeline.compile(program, problem, Target(90))` on the GPU
 machine (same nvcc, same checkout) is a cache hit: point GEMMFORGE_CACHE_DIR at DIR.
 """
 from __future__ import annotations
@@ -21,10 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from gemmforge.backends.base import BuildError, Target  # noqa: E402
-from gemmforge.compiler import pipeline  # noqa: E402
+from gemmforge.compiler.values import BuildError, Target  # noqa: E402
+from gemmforge.backends import pipeline  # noqa: E402
 from gemmforge.compiler.artifacts import ArtifactCache  # noqa: E402
 from gemmforge.ir import Problem, VerifyError, parse  # noqa: E402
 

@@ -33,7 +33,9 @@ from typing import Sequence
 
 from gemmforge.search import gate, timing
 from gemmforge.search.operands import OperandPool
-from gemmforge.search.records import IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result
+from gemmforge.search.records import (
+    IMPLAUSIBLE, PROTOCOLS, ArtifactRecord, BenchSettings, MeasureRequest, Result,
+)
 
 PLAUSIBILITY_MARGIN = 1.05
 """A time is flagged when it beats the chip's limit by more than this factor."""
@@ -227,31 +229,28 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
     # torch.matmul's call + sync read 10-57 us slower and ours did not (benchmarks/NOTES.md),
     # which would flatter the host-overhead comparison.
     protocols = {
-        "cold": (lambda cs: timing.cold_protocol(cs, settings, warm, stream,
-                                                 lambda r: progress(f"cold round {r}")),
-                 [timed]),
-        "call": (lambda cs: timing.call_protocol(cs, settings, bufs.refill),
-                 [[c] for c in timed]),
-        "server": (lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
-                   [[c] for c in timed]),
+        "cold": lambda cs: timing.cold_protocol(cs, settings, warm, stream,
+                                                lambda r: progress(f"cold round {r}")),
+        "call": lambda cs: timing.call_protocol(cs, settings, bufs.refill),
+        "server": lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
     }
-    for name, (protocol, batches) in protocols.items():
+    for name, protocol in protocols.items():
         if name not in settings.protocols:
             continue
-        for batch in batches:
+        for batch in [[c] for c in timed] if PROTOCOLS[name].alone else [timed]:
             samples = protocol(batch + [best])
             progress(f"{name} rounds")
             for c in batch:
-                out[c.name].update({f"{name}_us": timing.stat(settings, samples[c.name]),
-                                    f"cublas_{name}_us": timing.stat(settings,
-                                                                     samples[best.name])})
+                out[c.name].update({
+                    PROTOCOLS[name].field: timing.stat(settings, samples[c.name]),
+                    PROTOCOLS[name].cublas_field: timing.stat(settings, samples[best.name])})
     return {name: (times, []) for name, times in out.items()}
 
 
 def run_request(request: MeasureRequest, artifact: ArtifactRecord, *, load=None) -> Result:
     """Gate, time and re-check one request on the current CUDA device; return an ok Result.
 
-    `load` (default compiler.runtime.load) turns the Artifact into a Kernel: tests pass a
+    `load` (default backends.pipeline.load) turns the Artifact into a Kernel: tests pass a
     wrapper to inject faults. Raises gate.GateFailure for a wrong output, RuntimeError (or
     any other exception) for a failure to launch or run."""
     return _measure([request], [artifact], load=load, isolate_wrong=False)[0]
@@ -283,7 +282,7 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
 def _measure(requests, artifacts, *, load, isolate_wrong: bool,
              progress=_quiet) -> list[Result]:
     import torch
-    from gemmforge.compiler.runtime import load as runtime_load
+    from gemmforge.backends.pipeline import load as runtime_load
     start = time.perf_counter()
     problem, settings, sync = requests[0].problem(), requests[0].settings, torch.cuda.synchronize
     for art in artifacts:
@@ -330,7 +329,7 @@ def _measure(requests, artifacts, *, load, isolate_wrong: bool,
         if i in results:  # wrong at the re-check
             continue
         checked_times = {name: times.get(f"{name}_us")
-                         for name in ("kernel", "cold", "call", "server")}
+                         for name in PROTOCOLS}
         flags = [*flags, *plausibility_flags(problem, device, checked_times)]
         results[i] = Result.for_request(requests[i], device=device, rel_err=errs[i],
                                         flags=tuple(flags), measure_s=measure_s, **times)

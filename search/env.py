@@ -24,36 +24,17 @@ fairly; a group that crashes or hangs is timed again program by program. Run it 
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
+from gemmforge.policy.reward import L2_STATES, WORST_REWARD, reward
 from gemmforge.search.measure import BuilderPool, DeviceRunner, measure
 from gemmforge.search.records import BenchSettings, MeasureRequest, Result
 
-WORST_REWARD = -5.0
-"""The reward of a failed program, and the floor of every reward: a working program, however
-slow (e^-5 ~ 1/148 of cuBLAS's speed), never scores below a broken one. A result flagged
-implausible (faster than the chip can go) gets it too: the measurement can't be trusted, and
-a policy must not learn to chase it."""
-
 SEED_STRIDE = 3  # the gate uses seed, seed + 1, seed + 2 for one request
 
-
-L2_STATES = ("warm", "cold")
-
-
-def reward(result: Result, l2: str = "warm") -> float:
-    """log(cuBLAS time / ours) for an ok Result (0: as fast as cuBLAS, > 0: faster), with L2
-    warm (`l2="warm"`: the kernel protocol, operands left in L2 by the launch before) or cold
-    (`l2="cold"`: L2 flushed before each launch, as a model's weights are in a forward pass;
-    needs the "cold" protocol in BenchSettings.protocols), floored at WORST_REWARD;
-    WORST_REWARD for a failure, an implausible measurement, or a state not measured."""
-    if l2 not in L2_STATES:
-        raise ValueError(f"l2: expected one of {', '.join(L2_STATES)}, got {l2!r}")
-    speedup = result.speedup if l2 == "warm" else result.cold_speedup
-    if not result.ok or result.implausible or speedup is None or not speedup > 0:
-        return WORST_REWARD
-    return max(WORST_REWARD, math.log(speedup))
+# reward and its constants live in policy.reward (policies score without measuring); an
+# RL loop takes them from here beside evaluate.
+__all__ = ["L2_STATES", "WORST_REWARD", "evaluate", "reward"]
 
 
 def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureRequest | Result:

@@ -63,6 +63,38 @@ class _Record:
 
 
 @dataclass(frozen=True)
+class Protocol:
+    """One timing protocol: its name, what one reading is, and how it is grouped.
+
+    `alone`: each candidate is timed with cuBLAS alone (call, server), rather than with its
+    whole group (kernel, cold). Its readings go to Result.<field> and Result.<cublas_field>.
+    search.timing implements each one; search.bench runs those BenchSettings.protocols
+    names."""
+
+    name: str
+    reading: str
+    alone: bool = False
+
+    @property
+    def field(self) -> str:
+        return f"{self.name}_us"
+
+    @property
+    def cublas_field(self) -> str:
+        return "cublas_us" if self.name == "kernel" else f"cublas_{self.name}_us"
+
+
+PROTOCOLS = {p.name: p for p in (
+    Protocol("kernel", "CUDA-graph median per launch, L2 warm"),
+    Protocol("cold", "the same with L2 flushed before every launch"),
+    Protocol("call", "one Python call + synchronize, wall clock, fresh inputs", alone=True),
+    Protocol("server", "calls after random idle gaps", alone=True),
+)}
+"""Every timing protocol, by name, in the order reports list them ("kernel" first: the
+reward's, and the one every measurement includes)."""
+
+
+@dataclass(frozen=True)
 class BenchSettings(_Record):
     """How one request is timed (search.bench). All times are per launch, in microseconds.
 
@@ -138,7 +170,7 @@ class BenchSettings(_Record):
     server_max_gap_ms: float = 5.0
     l2_flush_factor: float = 2.0
     statistic: str = "median"
-    protocols: tuple[str, ...] = ("kernel", "cold", "call", "server")
+    protocols: tuple[str, ...] = tuple(PROTOCOLS)
     exact_check: bool = True
     slow_cutoff: float = 20.0
     timeout_s: float = 120.0
@@ -147,10 +179,10 @@ class BenchSettings(_Record):
 
     def __post_init__(self):
         object.__setattr__(self, "protocols", tuple(self.protocols))
-        unknown = set(self.protocols) - {"kernel", "cold", "call", "server"}
+        unknown = set(self.protocols) - set(PROTOCOLS)
         if unknown or "kernel" not in self.protocols:
             raise ValueError(f"protocols: {self.protocols} must include 'kernel' and only "
-                             "'kernel', 'cold', 'call', 'server'")
+                             + ", ".join(f"'{name}'" for name in PROTOCOLS))
         if self.statistic not in ("median", "min"):
             raise ValueError(f"statistic: {self.statistic!r} is not 'median' or 'min'")
         if self.rounds < 1 or self.warmup < 0 or self.warm_rounds < 0 \
@@ -216,7 +248,7 @@ class MeasureRequest(_Record):
 
 @dataclass(frozen=True)
 class ArtifactRecord(_Record):
-    """A built kernel as a plain record (backends.base.Artifact with str fields)."""
+    """A built kernel as a plain record (compiler.values.Artifact with str fields)."""
 
     key: str
     kind: str
@@ -232,10 +264,10 @@ class ArtifactRecord(_Record):
                    str(artifact.layout), str(artifact.acc), dict(artifact.meta))
 
     def to_artifact(self):
-        """The backends.base.Artifact that compiler.runtime.load() takes."""
+        """The compiler.values.Artifact that backends.pipeline.load() takes."""
         from pathlib import Path
 
-        from gemmforge.backends.base import Artifact
+        from gemmforge.compiler.values import Artifact
         from gemmforge.ir.program import Accum, Layout
         return Artifact(self.key, self.kind, Path(self.path), self.program_text,
                         Layout(self.layout), Accum(self.acc), dict(self.meta))

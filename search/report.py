@@ -1,6 +1,7 @@
-"""Benchmark results on disk: `benchmarks/results/<name>.csv` and a PNG plot beside it.
+"""Benchmark results on disk: `<name>.csv` and a PNG plot beside it, in the current
+directory or the folder given (never the installed package's folder).
 
-    csv_path, png_path = write_report(results, "simt_grid_h200")
+    csv_path, png_path = write_report(results, "simt_grid_h200", root=Path("results"))
     results = read_csv(csv_path)
 
 One CSV row per measured (shape, program), with the columns of COLUMNS (DESIGN.md asks for
@@ -20,26 +21,26 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from gemmforge.search.records import Result
+from gemmforge.compiler.extras import require
+from gemmforge.search.records import PROTOCOLS, Result
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-
+_SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
+_TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))
 COLUMNS = ("m", "n", "k", "layout", "acc", "device", "backend", "program", "status", "kind",
-           "kernel_us", "cublas_us", "speedup", "cold_us", "cublas_cold_us", "call_us",
-           "cublas_call_us", "call_speedup", "server_us", "cublas_server_us", "rel_err",
-           "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s", "measure_s",
-           "message")
+           *(c for p in PROTOCOLS.values()
+             for c in (p.field, p.cublas_field, _SPEEDUP_COLUMN.get(p.name)) if c),
+           "rel_err", "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s",
+           "measure_s", "message")
 _INTS = ("m", "n", "k")
-_FLOATS = ("kernel_us", "cublas_us", "cold_us", "cublas_cold_us", "call_us", "cublas_call_us",
-           "server_us", "cublas_server_us", "rel_err", "spread", "cublas_spread",
-           "paired_speedup", "build_s", "measure_s")
+_FLOATS = (*_TIMES, "rel_err", "spread", "cublas_spread", "paired_speedup", "build_s",
+           "measure_s")
 FLAG_SEPARATOR = " | "
 
 
 def _path(name: str, root: Path | None, suffix: str) -> Path:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '.', '-'")
-    return Path(root or RESULTS_DIR) / f"{name}{suffix}"
+    return Path(root or Path.cwd()) / f"{name}{suffix}"
 
 
 def _cell(value) -> str:
@@ -58,7 +59,7 @@ def _row(r: Result) -> dict[str, str]:
 
 
 def write_csv(results: Iterable[Result], name: str, root: Path | None = None) -> Path:
-    """Write `results` to <root>/<name>.csv (root: benchmarks/results); return the path.
+    """Write `results` to <root>/<name>.csv (root: the current directory); return the path.
     The file is written whole to a temporary name and renamed into place."""
     path = _path(name, root, ".csv")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,8 +109,9 @@ def _decade(flops: int) -> int:
 def plot_speedup(results: Sequence[Result], path: Path | str, title: str = "") -> Path:
     """A PNG of speedup over cuBLAS (cublas/kernel, log scale; call-time speedup too) of the
     best program per shape, one column of points per FLOP decade (2*m*n*k), the decade's
-    median as a bar. Returns the path."""
-    import matplotlib
+    median as a bar. Returns the path (ModuleNotFoundError naming the [search] extra
+    without matplotlib)."""
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     best = best_per_shape(results)

@@ -19,12 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gemmforge.ir.program import Problem
-from gemmforge.search.env import WORST_REWARD
+from gemmforge.policy.reward import INVALID_REWARD
 
 DB_FILE = "tuning.db"
-INVALID_VALUE = WORST_REWARD - 1.0
-"""What the sampler takes an invalid program's trial to have scored: below every measured
-result (a program that built and failed still scores WORST_REWARD)."""
 SQLITE_TIMEOUT_S = 60
 
 
@@ -165,7 +162,7 @@ def fail_stale_trials(study) -> None:
 
 class _SamplerView:
     """The study as the sampler sees it during one sampling call: a FAIL trial marked
-    `invalid` (its program failed ir.verify) looks COMPLETE with INVALID_VALUE, so TPE
+    `invalid` (its program failed ir.verify) looks COMPLETE with INVALID_REWARD, so TPE
     learns to avoid illegal regions. Trials are read once per view (TPE asks once per
     parameter group). Optuna's TPE reads trials through `study._get_trials`."""
 
@@ -183,7 +180,7 @@ class _SamplerView:
             for t in self._study._get_trials(deepcopy=False, states=None, use_cache=False):
                 if t.state == TrialState.FAIL and t.user_attrs.get("invalid"):
                     t = copy.copy(t)
-                    t.state, t.values = TrialState.COMPLETE, [INVALID_VALUE]
+                    t.state, t.values = TrialState.COMPLETE, [INVALID_REWARD]
                 self._trials.append(t)
         return self._trials
 

@@ -22,6 +22,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
+from gemmforge.compiler.child import python_module
+
 STARTUP_TIMEOUT_S = 300.0  # a GPU worker imports torch and creates a CUDA context
 
 
@@ -75,7 +77,7 @@ class Worker:
             self.kill()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gemmforge.search.worker", *self.args], stdin=subprocess.PIPE,
+                python_module("gemmforge.search.worker", *self.args), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, start_new_session=True, env=_child_env())
         except OSError as e:
             self.proc = None

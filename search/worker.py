@@ -40,7 +40,7 @@ import time
 import traceback
 from pathlib import Path
 
-from gemmforge.backends.base import BuildError
+from gemmforge.compiler.values import BuildError
 from gemmforge.ir.program import IRError
 from gemmforge.search.gate import GateFailure
 from gemmforge.search.records import ArtifactRecord, MeasureRequest, Result
@@ -66,11 +66,11 @@ def resolve(spec: str):
 
 
 def build_one(request: MeasureRequest, target_sm: int | None) -> ArtifactRecord:
-    """Verify, lower and build `request`'s program (compiler.pipeline.compile) for a device
+    """Verify, lower and build `request`'s program (backends.pipeline.compile) for a device
     of compute capability `target_sm` (None: the program's own arch). Raises ir.IRError
-    (VerifyError included) or backends.BuildError."""
-    from gemmforge.backends.base import Target
-    from gemmforge.compiler.pipeline import compile as compile_program
+    (VerifyError included) or compiler.values.BuildError."""
+    from gemmforge.compiler.values import Target
+    from gemmforge.backends.pipeline import compile as compile_program
     from gemmforge.ir.text import parse
     artifact = compile_program(parse(request.program), request.problem(), Target(target_sm))
     return ArtifactRecord.from_artifact(artifact)

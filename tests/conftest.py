@@ -32,3 +32,15 @@ def _private_cache(tmp_path_factory, monkeypatch):
     root = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("GEMMFORGE_CACHE_DIR", str(root / "artifact-cache"))
     monkeypatch.setenv("GEMMFORGE_TUNE_DB", f"sqlite:///{root / 'tuning.db'}")
+
+
+@pytest.fixture
+def null_backend():
+    """The null backend registered for one test (gemmforge.backends.null): the compile and
+    load path with no toolchain and no GPU. Yields the backend."""
+    from gemmforge.backends import registry
+    from gemmforge.backends.null import NullBackend
+    backend = NullBackend()
+    registry.add(backend)
+    yield backend
+    registry.remove(backend.name)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from gemmforge.compiler.cli import main
+from gemmforge.cli import main
 from gemmforge.ir import parse, to_json
 
 GOOD = "cuda_simt sm_80 64x64x32 w2x2 s3 swpad col/4 pred k1 dp c1x1 nows direct"
@@ -79,7 +79,7 @@ def test_bench_bad_input(capsys, argv, message):
 
 def test_bench_candidates_are_legal_for_each_shape():
     from gemmforge.ir import Arch, Problem, check
-    from gemmforge.search.bench_cli import candidates
+    from gemmforge.cli.bench import candidates
     odd = Problem(17, 33, 65)
     tma = parse("triton sm_90a 128x128x64 w2x2 s4 swnone row/8 pred k1 persistent c1x1 nows tma")
     chosen = candidates(odd, [tma, parse(GOOD)], ["cuda_mma"], Arch.SM80)
@@ -142,3 +142,30 @@ def test_train_policy_rejects_bad_input(capsys, tmp_path, args, said):
     code, _, err = run(capsys, "train-policy", "--shapes", "64x64x64", "--replay", "synthetic",
                        "--checkpoint", str(tmp_path / "p.pt"), *args)
     assert code == 2 and said in err and not (tmp_path / "p.pt").exists()
+
+
+def test_a_missing_extra_names_the_extra_to_install(capsys, monkeypatch, tmp_path):
+    """tune without optuna (the [search] extra): one line naming the extra, exit 2."""
+    import sys
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` now fails
+    code, _, err = run(capsys, "tune", "--shapes", "64x64x64", "--budget", "2", "--quiet",
+                       "--replay", "synthetic", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                       "--report", "")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "gemmforge tune: optuna is not installed: pip install 'gemmforge[search]'")
+
+
+def test_require_names_the_extra(monkeypatch):
+    import sys
+    from gemmforge.compiler.extras import require
+    assert require("json").dumps(1) == "1"
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'gemmforge\[llm\]'"):
+        require("vllm")
+
+
+def test_every_subcommand_comes_from_the_table(capsys):
+    from gemmforge.cli import COMMANDS, build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy"}
+    assert len(COMMANDS) == 4

@@ -3,9 +3,9 @@ of emitted files succeed for sm_80 and sm_90a over all three paths (no GPU neede
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import Target
+from gemmforge.compiler.values import Target
 from gemmforge.compiler import nvcc
-from gemmforge.compiler.emit import emit
+from gemmforge.emit import emit
 from gemmforge.ir import Problem, parse
 
 PATHS = {

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import Target
+from gemmforge.compiler.values import Target
 from gemmforge.compiler import nvcc
-from gemmforge.compiler.emit import emit
+from gemmforge.emit import emit
 from gemmforge.ir import Arch, Problem, check, parse
 
 COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"

@@ -9,7 +9,7 @@ import pytest
 from gemmforge.backends import registry
 from gemmforge.backends.cuda_wgmma.context import kernel_problem, kernel_view, make_context
 from gemmforge.compiler import nvcc
-from gemmforge.compiler.emit import emit
+from gemmforge.emit import emit
 from gemmforge.ir import Arch, Problem, check, parse
 
 SWAP = "cuda_wgmma sm_90a 16x64x64 w1x1 s12 sw128 row/8 pred k1 dp c1x1 coop direct swap"

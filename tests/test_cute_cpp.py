@@ -4,11 +4,11 @@ GMMA and TMA. No GPU needed; the compiles skip when nvcc or the CUTLASS headers 
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import BuildError, Target
+from gemmforge.compiler.values import BuildError, Target
 from gemmforge.backends.cute_cpp import cutlass
 from gemmforge.backends.cute_cpp.legality import sm90_smem_bytes
 from gemmforge.compiler import nvcc
-from gemmforge.compiler.emit import emit
+from gemmforge.emit import emit
 from gemmforge.ir import Problem, parse
 from gemmforge.ir.verify import check
 

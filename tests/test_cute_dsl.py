@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import BuildError, Target
+from gemmforge.compiler.values import BuildError, Target
 from gemmforge.backends.cute_dsl import suite, toolchain
-from gemmforge.compiler import nvcc, pipeline
+from gemmforge.backends import pipeline
+from gemmforge.compiler import nvcc
 from gemmforge.ir import Problem, parse
 from gemmforge.ir.verify import check
 

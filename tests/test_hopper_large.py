@@ -6,7 +6,7 @@ ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("hopper_large", ROOT / "benchmarks" / "hopper_large.py")
 hopper_large = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hopper_large)
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "data"  # small copies of earlier runs
 SHAPE = "1024x16384x16384"
 
 

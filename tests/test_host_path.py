@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from gemmforge.backends.base import Artifact
+from gemmforge.compiler.values import Artifact
 from gemmforge.backends.triton import runtime as triton_runtime
 from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import DESCRIPTOR_BASES, KernelPlan, aligned_params, make_plan
@@ -267,32 +267,34 @@ def test_real_triton_entries_pass_the_same_arguments(tmp_path):
 
 # ---- Kernel.__call__ and the .so path ----------------------------------------------------------
 
-def _asking_is_cpu(code: types.CodeType) -> types.CodeType:
-    consts = tuple(_asking_is_cpu(c) if isinstance(c, types.CodeType) else c
-                   for c in code.co_consts)
-    return code.replace(co_names=tuple("is_cpu" if n == "is_cuda" else n for n in code.co_names),
-                        co_consts=consts)
-
-
 @pytest.fixture
-def cpu_operands(monkeypatch):
-    """Kernel.__call__'s checks take CPU tensors for CUDA ones (the same code asking
-    is_cpu); streams come from a recorder. Yields the streams asked for."""
-    for name in ("_fast_shapes", "_check_operands"):
-        fn = getattr(core, name)
-        monkeypatch.setattr(core, name, types.FunctionType(
-            _asking_is_cpu(fn.__code__), fn.__globals__, name, fn.__defaults__))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    asked = []
-    monkeypatch.setattr(core, "_raw_stream", lambda index: asked.append(index) or 0x77)
-    return asked
+def cpu_operands():
+    """Stream requests, recorded: the kernels below take CPU tensors (Kernel.device_flag)
+    and hand each launch stream 0x77, so Kernel.__call__ runs unchanged on the host."""
+    return []
+
+
+def on_host(kernel, asked: list):
+    """`kernel` taking CPU tensors, its stream requests recorded in `asked`."""
+    kernel.device_flag = "is_cpu"
+    kernel._stream = lambda index: asked.append(index) or 0x77
+    return kernel
 
 
 class RecordingKernel(core.Kernel):
-    def __init__(self, layout="nn", slices=0):
+    """A kernel that records its launches, on the host (CPU tensors, stream 0x77)."""
+
+    device_flag = "is_cpu"
+
+    def __init__(self, layout="nn", slices=0, streams_asked=None):
         super().__init__(Artifact(key="k", kind="test", path=None, program_text="test",
                                   layout=Layout(layout), acc=Accum.F32))
         self.slices, self.sizes_asked, self.launches = slices, [], []
+        self.streams_asked = [] if streams_asked is None else streams_asked
+
+    def _stream(self, index):
+        self.streams_asked.append(index)
+        return 0x77
 
     def workspace_bytes(self, m, n, k):
         self.sizes_asked.append((m, n, k))
@@ -307,13 +309,13 @@ def half(*shape):
 
 
 def test_call_launches_with_the_same_arguments(cpu_operands):
-    kernel = RecordingKernel(slices=2)
+    kernel = RecordingKernel(slices=2, streams_asked=cpu_operands)
     a, b = half(64, 32), half(32, 48)
     out = kernel(a, b)
     assert out.shape == (64, 48) and out.dtype == torch.float16 and out.is_contiguous()
     (args,) = kernel.launches
     assert args[:6] == (a.data_ptr(), b.data_ptr(), out.data_ptr(), 64, 48, 32)
-    assert args[7:] == (2 * 64 * 48 * 4, 0x77) and cpu_operands == [3]
+    assert args[7:] == (2 * 64 * 48 * 4, 0x77) and cpu_operands == [None]  # a's device index
     ws = args[6]
     given = torch.empty(64, 48, dtype=torch.float16)
     assert kernel(a, b, out=given) is given
@@ -338,8 +340,8 @@ def test_call_bounds_its_size_cache(cpu_operands, monkeypatch):
 
 
 @pytest.mark.parametrize("a, b, kwargs, message", [
-    (torch.randn(4, 8), half(8, 4), {}, "a must be a float16 CUDA tensor"),
-    (half(4, 8), torch.randn(8, 4), {}, "b must be a float16 CUDA tensor"),
+    (torch.randn(4, 8), half(8, 4), {}, "a must be a float16 CPU tensor"),
+    (half(4, 8), torch.randn(8, 4), {}, "b must be a float16 CPU tensor"),
     (half(8), half(8, 4), {}, r"a must be a contiguous 2-D tensor, got shape \(8,\)"),
     (half(8, 4).t(), half(8, 4), {}, r"a must be a contiguous 2-D tensor, got shape \(4, 8\)"),
     (half(4, 8), half(4, 8).t(), {}, r"b must be a contiguous 2-D tensor, got shape \(8, 4\)"),
@@ -365,8 +367,10 @@ def test_call_keeps_its_messages_nt(cpu_operands):
 
 
 def test_call_refuses_cpu_tensors():
+    kernel = RecordingKernel()
+    kernel.device_flag = core.Kernel.device_flag  # a CUDA kernel's
     with pytest.raises(ValueError, match="a must be a float16 CUDA tensor"):
-        RecordingKernel()(half(4, 8), half(8, 4))
+        kernel(half(4, 8), half(8, 4))
 
 
 STUB_C = r"""
@@ -395,8 +399,9 @@ def stub_library(tmp_path):
 
 
 def test_shared_library_launch_and_workspace(stub_library, cpu_operands):
-    kernel = core.load(Artifact(key="k", kind="cuda_so", path=stub_library, program_text="p",
-                                layout=Layout.NN, acc=Accum.F32))
+    kernel = on_host(core.load(Artifact(key="k", kind="cuda_so", path=stub_library,
+                                        program_text="p", layout=Layout.NN, acc=Accum.F32)),
+                     cpu_operands)
     lib = kernel._lib
     seen = (ctypes.c_ulonglong * 9).in_dll(lib, "seen")
     kernel.launch(A, B, C, 256, 128, 64, 0, 0, 0)

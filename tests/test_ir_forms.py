@@ -11,7 +11,7 @@ from gemmforge.ir import IRError, from_json, parse, parse_problem, program_schem
 from gemmforge.ir.program import Problem, Program
 from gemmforge.ir.schema import checked_in_schema
 from gemmforge.ir.verify import check
-from tests.strategies import programs
+from strategies import programs
 
 EXAMPLE = "cuda_mma sm_80 128x128x32 w2x2 s3 sw128 row/8 pred k4a dp c1x1 nows direct"
 

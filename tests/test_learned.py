@@ -15,7 +15,7 @@ from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.policy.learned import LearnedPolicy
 from gemmforge.policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
-from gemmforge.search.commands import GRID
+from gemmforge.search.shapes import GRID
 from gemmforge.search.env import reward
 from gemmforge.search.replay import ReplayRunner
 

@@ -5,8 +5,8 @@ import stat
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import BuildError, Target
-from gemmforge.compiler import pipeline
+from gemmforge.compiler.values import BuildError, Target
+from gemmforge.backends import pipeline
 from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, VerifyError, parse
 

@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from gemmforge.ir.program import Problem
-from gemmforge.search.commands import run_workers
+from gemmforge.search.tune_jobs import run_workers
 from gemmforge.search.database import TunedDatabase
 
 USER = "gemmforge"

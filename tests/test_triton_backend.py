@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import BuildError, Target
+from gemmforge.compiler.values import BuildError, Target
 from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import KernelPlan, LaunchPlan, aligned_params, make_plan
-from gemmforge.compiler import pipeline
+from gemmforge.backends import pipeline
 from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.compiler.runtime import _LOADERS
 from gemmforge.ir import Problem, VerifyError, check, parse, verify
@@ -170,7 +170,6 @@ INTERPRETED = [
 
 
 INTERPRETED_KINDS = [("nn", "f32"), ("nt", "f16")]
-REPO = Path(__file__).resolve().parents[1]
 
 
 def interpret(text, problem, folder, num_sms=3, repeats=1):
@@ -220,8 +219,9 @@ def interpret_all(out: str) -> None:
 def interpreted(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("interpreted")
-    code = f"from tests.test_triton_backend import interpret_all; interpret_all({str(out)!r})"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+    code = f"from test_triton_backend import interpret_all; interpret_all({str(out)!r})"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent,
+                          capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads((out / "results.json").read_text())

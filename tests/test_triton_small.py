@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from gemmforge.backends import registry
-from gemmforge.backends.base import Target
+from gemmforge.compiler.values import Target
 from gemmforge.backends.triton.plan import make_plan
 from gemmforge.ir import Problem, VerifyError, check, parse, verify
 from gemmforge.ir.space import variant
 from gemmforge.ir.program import Arch
-from tests.test_triton_backend import HAVE_TRITON, REPO, build, interpret
+from test_triton_backend import HAVE_TRITON, build, interpret
 
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not importable")
 
@@ -117,8 +117,9 @@ def interpret_all(out: str) -> None:
 def interpreted(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("interpreted_small")
-    code = f"from tests.test_triton_small import interpret_all; interpret_all({str(out)!r})"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+    code = f"from test_triton_small import interpret_all; interpret_all({str(out)!r})"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent,
+                          capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads((out / "results.json").read_text())

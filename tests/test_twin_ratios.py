@@ -9,7 +9,7 @@ spec = importlib.util.spec_from_file_location("twin_ratios", ROOT / "benchmarks"
 twin_ratios = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(twin_ratios)
 
-RESULTS = ROOT / "benchmarks" / "results" / "streamk_even_h100_v15c.csv"
+RESULTS = Path(__file__).resolve().parent / "data" / "streamk_even_h100_v15c.csv"
 STREAMK = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 streamk c1x1 coop tma"
 PERSISTENT = STREAMK.replace(" streamk ", " persistent ")
 

@@ -70,7 +70,7 @@ def test_arch_lacking_the_instruction(monkeypatch):
         lower = build = None
 
     registry._load()
-    monkeypatch.setitem(registry._backends, "fake_wgmma", FakeWgmma.__new__(FakeWgmma))
+    monkeypatch.setitem(registry._entries, "fake_wgmma", FakeWgmma.__new__(FakeWgmma))
     with pytest.raises(VerifyError, match="arch: fake_wgmma emits wgmma.mma_async, which "
                                           "sm_80 lacks \\(needs sm_90a\\)"):
         verify(parse(OK.replace("cuda_mma", "fake_wgmma")))
@@ -150,7 +150,7 @@ def _fake_small(monkeypatch):
         lower = build = None
 
     registry._load()
-    monkeypatch.setitem(registry._backends, "fake_small", FakeSmall.__new__(FakeSmall))
+    monkeypatch.setitem(registry._entries, "fake_small", FakeSmall.__new__(FakeSmall))
     return "fake_small sm_90a 40x64x64 w1x1 s12 swnone row/1 pred k4i dp c1x1 nows direct"
 
 

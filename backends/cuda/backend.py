@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from gemmforge.backends import register
-from gemmforge.backends.base import Artifact, Backend, Source, Target
+from gemmforge.backends.base import Backend
+from gemmforge.compiler.values import Artifact, Source, Target
 from gemmforge.backends.cuda.context import make_context
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc

@@ -76,7 +76,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gemmforge.backends import register
-from gemmforge.backends.base import Source
+from gemmforge.compiler.values import Source
 from gemmforge.backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
 from gemmforge.backends.cuda_wgmma.context import (
     ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, kernel_view, make_context,

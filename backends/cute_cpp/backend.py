@@ -18,7 +18,8 @@ import hashlib
 from pathlib import Path
 
 from gemmforge.backends import register
-from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.base import Backend
+from gemmforge.compiler.values import Artifact, BuildError, Source, Target
 from gemmforge.backends.cute_cpp import cutlass, legality
 from gemmforge.backends.cute_cpp.context import make_context
 from gemmforge.backends.cute_cpp.kernels import RASTERS

@@ -39,7 +39,8 @@ import hashlib
 from pathlib import Path
 
 from gemmforge.backends import register
-from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.base import Backend
+from gemmforge.compiler.values import Artifact, BuildError, Source, Target
 from gemmforge.backends.cute_dsl import plan as planning
 from gemmforge.backends.cute_dsl import toolchain
 from gemmforge.backends.templating import render

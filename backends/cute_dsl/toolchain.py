@@ -12,12 +12,12 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-from gemmforge.backends.base import BuildError
 from gemmforge.compiler import nvcc
+from gemmforge.compiler.child import python_module
 from gemmforge.compiler.knobs import knobs
+from gemmforge.compiler.values import BuildError
 
 DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 DSL_VERSION = "4.8.1"      # pinned: part of every cache key (see backend.fingerprint)
@@ -58,7 +58,7 @@ def compile_plan(plan_path: Path, out_dir: Path, ptxas: str | None = None) -> No
     reason = missing()
     if reason:
         raise BuildError(f"cute_dsl: {reason}; {INSTALL_HINT}", source_path=str(plan_path))
-    cmd = [sys.executable, "-m", "gemmforge.backends.cute_dsl.aot", str(plan_path), str(out_dir)]
+    cmd = python_module("gemmforge.backends.cute_dsl.aot", str(plan_path), str(out_dir))
     if ptxas:
         cmd += ["--ptxas", ptxas]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -10,7 +10,8 @@ import traceback
 from pathlib import Path
 
 from gemmforge.backends import register
-from gemmforge.backends.base import Artifact, Backend, BuildError, Source, Target
+from gemmforge.backends.base import Backend
+from gemmforge.compiler.values import Artifact, BuildError, Source, Target
 from gemmforge.backends.templating import fingerprint as template_fingerprint
 from gemmforge.backends.templating import render
 from gemmforge.backends.triton import toolchain

@@ -38,7 +38,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Callable
 
-from gemmforge.backends.base import Artifact
+from gemmforge.compiler.values import Artifact
 from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import (
     ALIGN_HINT, DESCRIPTOR_BASES, PER_CALL_ARGS, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,

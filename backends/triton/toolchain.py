@@ -28,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gemmforge.backends.base import BuildError
+from gemmforge.compiler.values import BuildError
 from gemmforge.backends.triton.plan import ALIGN_HINT, KernelPlan, LaunchPlan
 from gemmforge.ir.program import Arch
 

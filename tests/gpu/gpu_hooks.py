@@ -15,7 +15,7 @@ search.bench.run_group with the same tampering, so groups run too. Loaded by fil
 from __future__ import annotations
 
 from gemmforge.compiler.runtime import Kernel
-from gemmforge.compiler.runtime import load as runtime_load
+from gemmforge.backends.pipeline import load as runtime_load
 from gemmforge.search import bench
 
 setup = bench.setup      # the worker calls these exactly as it would call bench's own

@@ -1,8 +1,7 @@
-"""GPU tier for cuda_wgmma (an H100/H200): every program computes the right answer.
-
-Fresh random normal inputs per test, the output NaN-filled first, every element compared
-with an fp32 reference by relative Frobenius error; an exact check with {0,1} inputs.
-Programs cover: one consumer without a producer warpgroup (nows), cooperative consumers
+"""GPU tier for cuda_wgmma (an H100/H200) beyond the conformance suite, which checks every
+program's answers (test_conformance_gpu.py): stream-K splits that share tiles, cached
+tensor maps, C at an odd offset, refusals, a standalone file. The programs
+(conformance.CUDA_WGMMA) cover: one consumer without a producer warpgroup (nows), cooperative consumers
 with a setmaxnreg producer, split along M and along N, four consumers, persistent grids,
 split-K through the workspace and with atomics, bk 128, operand padding, clusters with
 TMA multicast (2x1, and 2x2 over ragged edges; layout nn where a warpgroup owns 64
@@ -22,40 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gemmforge.compiler import pipeline
-from gemmforge.compiler.emit import build_selftest, emit
+from gemmforge.backends import pipeline
+from gemmforge.emit import build_selftest, emit
 from gemmforge.ir import Problem, parse
-from tests.gpu.correctness import assert_matches_reference, operands
+from .conformance import CUDA_WGMMA
+from .correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu
 
-PROGRAMS = [
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 col/8 pred k1 persistent c1x1 coop direct",
-    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
-    "cuda_wgmma sm_90a 64x128x128 w1x1 s3 sw128 row/1 padop k2a dp c1x1 nows direct",
-    "cuda_wgmma sm_90a 128x256x64 w1x2 s4 sw128 row/8 padop k1 dp c1x1 coop direct",
-    "cuda_wgmma sm_90a 256x128x64 w4x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop direct",
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 col/4 padop k1 persistent c1x1 pingpong tma",
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k3 persistent c1x1 pingpong direct",
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 persistent c2x1 pingpong tma",
-    "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
-    "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma",
-    "cuda_wgmma sm_90a 192x128x64 w1x1 s5 sw128 row/4 pred k1 persistent c1x1 pingpong tma",
-    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma",
-    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 padop k1 streamk c1x1 coop direct",
-    "cuda_wgmma sm_90a 64x128x64 w1x1 s4 sw128 row/1 pred k1 streamk c1x1 nows direct",
-    "cuda_wgmma sm_90a 128x128x64 w1x2 s4 sw128 row/1 pred k1 persistent c2x1 coop tma",
-    "cuda_wgmma sm_90a 128x256x64 w1x4 s4 sw128 row/8 padop k1 dp c1x2 coop direct",
-]
-SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 336), (256, 256, 256), (4096, 64, 8192),
-          (129, 255, 1000)]
+PROGRAMS = CUDA_WGMMA  # the conformance suite's programs for this backend
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
-TMA_ROW_ALIGN = 8  # halves: a predicate program reads only 16-byte aligned rows
 # Stream-K programs with shapes whose tiles they split on a 132-SM GPU (the launcher's
 # rules: the last wave at least a quarter full, a saving of at least 1 %, at most 8 parts per
 # spare CTA), ragged: 128x128
@@ -65,14 +40,6 @@ STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800,
                  (PROGRAMS[16], (1900, 1400, 2048)), (PROGRAMS[17], (2000, 1496, 3000)),
                  (PROGRAMS[17], (1000, 2800, 2000)), (PROGRAMS[18], (1000, 2800, 2000)),
                  (PROGRAMS[18], (1900, 1400, 2048))]
-
-
-def readable(text: str, shape, layout: str) -> bool:
-    """Whether a program can compute this shape: padop always; predicate only with
-    16-byte aligned operand rows (k % 8 == 0, and n % 8 == 0 for layout nn)."""
-    _, n, k = shape
-    return " padop " in text or (k % TMA_ROW_ALIGN == 0
-                                 and (layout == "nt" or n % TMA_ROW_ALIGN == 0))
 
 
 @pytest.fixture(scope="session")
@@ -91,17 +58,6 @@ def kernels(request):
         return {job: pipeline.load(art) for job, art in pool.map(build, jobs)}
 
 
-
-
-@pytest.mark.parametrize("layout, acc", KINDS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("text", PROGRAMS)
-def test_matches_fp32_reference(kernels, text, shape, layout, acc):
-    if not readable(text, shape, layout):
-        pytest.skip("predicate program, unaligned rows (test_predicate_refuses_unaligned)")
-    assert_matches_reference(kernels[(text, layout, acc)], *shape, layout, acc)
-
-
 @pytest.mark.parametrize("layout, acc", KINDS)
 @pytest.mark.parametrize("text, shape", STREAMK_CASES,
                          ids=[f"{t.split()[2]}-{'x'.join(map(str, s))}" for t, s in STREAMK_CASES])
@@ -111,18 +67,6 @@ def test_stream_k_heads_and_tails_add_up(kernels, text, shape, layout, acc):
     # rows 16-byte aligned: no padded operand copies, so any workspace is stream-K's
     assert kernel.workspace_bytes(*shape) > 0, "the launcher shared no tiles here"
     assert_matches_reference(kernel, *shape, layout, acc)
-
-
-@pytest.mark.parametrize("text", PROGRAMS)
-def test_exact_on_binary_inputs(kernels, text):
-    """{0,1} inputs with k <= 2048: every partial sum is an integer fp16 holds exactly."""
-    import torch
-    m, n, k = 200, 136, 520
-    for layout in ("nn", "nt"):
-        a = torch.randint(0, 2, (m, k), device="cuda").half()
-        b = torch.randint(0, 2, (k, n), device="cuda").half()
-        out = kernels[(text, layout, "f32")](a, b if layout == "nn" else b.t().contiguous())
-        assert torch.equal(out.float(), a.float() @ b.float())
 
 
 def test_repeated_launches_reuse_cached_tensor_maps(kernels):

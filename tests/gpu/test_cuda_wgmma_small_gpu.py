@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gemmforge.compiler import pipeline
+from gemmforge.backends import pipeline
 from gemmforge.ir import Problem, check, parse
-from tests.gpu.correctness import assert_matches_reference, operands
+from .correctness import assert_matches_reference, operands
 
 pytestmark = pytest.mark.gpu
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gemmforge.backends.base import BuildError
+from gemmforge.compiler.values import BuildError
 from gemmforge.backends.cute_dsl import suite, toolchain
 from gemmforge.backends.cute_dsl.plan import problem_align
-from gemmforge.compiler import pipeline
+from gemmforge.backends import pipeline
 from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, parse
-from tests.gpu.correctness import assert_matches_reference
+from .correctness import assert_matches_reference
 
 pytestmark = pytest.mark.gpu
 

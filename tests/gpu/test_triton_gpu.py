@@ -1,37 +1,23 @@
-"""GPU tier for the triton backend (run on the GPU machine): every program computes the
-right answer through compiler.pipeline.compile_and_load.
-
-Fresh random normal inputs per test, the output NaN-filled first, every element compared
-with an fp32 reference by relative Frobenius error (5e-3 with an fp32 accumulator; with
-fp16, max(5e-3, 2 * 2^-11 * sqrt(k))). A TMA program is not legal where n or k is not a
-multiple of 8 (16-byte row strides); for those shapes the test runs the same program with
-epilogue direct, which is what a search would be told to do. sm_90a programs need a
-Hopper device and skip elsewhere; sm_80 programs run everywhere (on Hopper they are
-compiled for sm_90 with tl.dot kept on mma.sync).
+"""GPU tier for the triton backend beyond the conformance suite (test_conformance_gpu.py
+checks every program's answers): the raw-pointer launch on a side stream and in a CUDA
+graph. A TMA program is not legal where n or k is not a multiple of 8 (16-byte row
+strides); there the test runs the same program with epilogue direct. sm_90a programs need
+a Hopper device and skip elsewhere.
 """
 
 import pytest
 
-from gemmforge.compiler import pipeline
+from gemmforge.backends import pipeline
 from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, check, parse
 from gemmforge.ir.program import Epilogue
-from tests.gpu.correctness import assert_matches_reference, operands, relative_error
+from .conformance import TRITON
+from .correctness import operands, relative_error
 
 pytestmark = pytest.mark.gpu
 
-PROGRAMS = [
-    "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
-    "triton sm_80 64x64x64 w2x2 s3 swnone col/4 pred k4 dp c1x1 nows direct",
-    "triton sm_80 128x64x32 w2x2 s4 swnone row/8 pred k3a persistent c1x1 nows direct",
-    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
-    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
-    "triton sm_90a 128x64x64 w1x4 s4 swnone col/4 pred k4 dp c1x1 nows tma",
-]
-SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 4096, 333), (4096, 64, 8192), (256, 256, 256)]
+PROGRAMS = TRITON  # the conformance suite's programs for this backend
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
-
-
 
 
 @pytest.fixture(scope="session")
@@ -51,33 +37,6 @@ def legal_program(text: str, problem: Problem):
     reason = check(program, problem)
     assert reason is None, reason
     return program
-
-
-
-
-
-
-@pytest.mark.parametrize("layout, acc", KINDS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("text", PROGRAMS)
-def test_matches_fp32_reference(cache, text, shape, layout, acc):
-    m, n, k = shape
-    problem = Problem(m, n, k, layout, acc)
-    kernel = pipeline.compile_and_load(legal_program(text, problem), problem, cache=cache)
-    assert_matches_reference(kernel, m, n, k, layout, acc)
-
-
-@pytest.mark.parametrize("text", PROGRAMS)
-def test_exact_on_binary_inputs(cache, text):
-    """{0,1} inputs with k <= 2048: every partial sum is an integer fp16 holds exactly."""
-    import torch
-    m, n, k = 200, 136, 520
-    problem = Problem(m, n, k, "nt", "f32")
-    kernel = pipeline.compile_and_load(legal_program(text, problem), problem, cache=cache)
-    a, b, b_arg = operands(m, n, k, "nt", binary=True)
-    out = kernel(a, b_arg)
-    torch.cuda.synchronize()
-    assert torch.equal(out.float(), a.float() @ b.float())
 
 
 @pytest.mark.parametrize("text", [PROGRAMS[2], PROGRAMS[4]])

@@ -12,11 +12,11 @@ multiple of 8 (tests/gpu/test_triton_gpu.legal_program).
 """
 import pytest
 
-from gemmforge.compiler import pipeline
+from gemmforge.backends import pipeline
 from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, Reduction, parse
-from tests.gpu.correctness import assert_matches_reference, operands, relative_error
-from tests.gpu.test_triton_gpu import legal_program
+from .correctness import assert_matches_reference, operands, relative_error
+from .test_triton_gpu import legal_program
 
 pytestmark = pytest.mark.gpu
 

@@ -1,0 +1,90 @@
+"""`gemmforge bench`: measure programs or backends over shapes against cuBLAS.
+
+    gemmforge bench --shapes 1024x1024x1024,1000x4096x333 --program "cuda_mma sm_80 ..."
+    gemmforge bench --shapes sample:50:3 --backends triton,cuda_mma --arch sm_90a
+    gemmforge bench --shapes grid --program @programs.txt --name grid_run
+
+Each shape gets every `--program` (text, or @file with one per line) that verify accepts
+for it, plus, per `--backends` entry, the heuristic policy's first legal program for that
+backend. Every candidate passes the correctness gate before its time counts; cuBLAS
+(torch.matmul, best of NN and TN) is timed in the same process. Writes
+<name>.csv and .png in the current directory (or `--report-dir`); a progress bar runs meanwhile.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gemmforge.cli.common import UsageError, parse_program
+from gemmforge.ir.program import Arch, IRError
+
+
+def _programs(values: list[str]) -> list:
+    out = []
+    for value in values:
+        if value.startswith("@"):
+            try:
+                lines = Path(value[1:]).read_text().splitlines()
+            except OSError as e:
+                raise IRError(f"program file: {e.strerror}: {value[1:]}") from None
+            out += [parse_program(t) for t in lines if t.strip() and not t.startswith("#")]
+        else:
+            out.append(parse_program(value))
+    return out
+
+
+def candidates(problem, programs, backends, arch):
+    """The programs to measure on `problem`: the given ones that are legal for it, and the
+    heuristic's first legal program per backend."""
+    from gemmforge.ir.verify import check
+    from gemmforge.policy.heuristic import HeuristicPolicy
+    chosen = [p for p in programs if check(p, problem) is None]
+    for name in backends:
+        chosen += [p for p in HeuristicPolicy(name).propose(problem, arch, 1) if p not in chosen]
+    return chosen
+
+
+def cmd_bench(args) -> int:
+    from gemmforge.search.env import evaluate
+    from gemmforge.search.measure import BuilderPool, DeviceRunner
+    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.report import write_report
+    from gemmforge.search.shapes import parse_shapes
+    from tqdm import tqdm
+    problems = parse_shapes(args.shapes, args.layout, args.acc)
+    programs = _programs(args.program or [])
+    backends = [b for b in (args.backends or "").split(",") if b]
+    if not programs and not backends:
+        raise UsageError("bench: give at least one --program or --backends")
+    arch = Arch.parse(args.arch, "--arch")
+    settings = BenchSettings(protocols=tuple(args.protocols.split(",")), rounds=args.rounds)
+    results = []
+    with BuilderPool() as builders, DeviceRunner(devices=[args.device]) as runner:
+        for problem in tqdm(problems, desc="bench", unit="shape"):
+            todo = candidates(problem, programs, backends, arch)
+            if todo:
+                results += evaluate(todo, problem, device_runner=runner, builders=builders,
+                                    settings=settings)
+    csv_path, png_path = write_report(results, args.name,
+                                      Path(args.report_dir) if args.report_dir else None)
+    ok = sum(r.ok for r in results)
+    print(f"{ok}/{len(results)} measured ok\nwrote {csv_path}\nwrote {png_path}")
+    return 0 if results else 1
+
+
+def add_to(sub) -> None:
+    b = sub.add_parser("bench", help="measure programs or backends against cuBLAS",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--shapes", required=True, help="MxNxK,..., grid, sample:N[:SEED] or @file")
+    b.add_argument("--program", action="append", help="program text, JSON or @file (repeatable)")
+    b.add_argument("--backends", help="comma list: the heuristic's program per backend")
+    b.add_argument("--arch", default="sm_90a", help="arch for --backends programs")
+    b.add_argument("--layout", default="nn")
+    b.add_argument("--acc", default="f32")
+    b.add_argument("--protocols", default="kernel,call", help="kernel,cold,call,server")
+    b.add_argument("--rounds", type=int, default=5)
+    b.add_argument("--device", type=int, default=0, help="CUDA device index")
+    b.add_argument("--name", default="bench", help="result name: <name>.csv and <name>.png")
+    b.add_argument("--report-dir", help="folder for the report (default: the current directory)")
+    b.set_defaults(run=cmd_bench)
+

@@ -1,0 +1,61 @@
+"""`gemmforge emit`, `gemmforge verify` and `gemmforge schema`: commands on one program.
+
+    gemmforge emit --shape 1000x4096x333 --arch sm_80 [--program TEXT|JSON|@FILE] -o DIR [--compile]
+    gemmforge verify PROGRAM [--shape MxNxK]
+    gemmforge schema [--write]
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gemmforge.cli.common import add_problem_args, parse_program, parse_shape
+from gemmforge.ir.program import Arch
+
+
+def cmd_emit(args) -> int:
+    from gemmforge.emit import build_selftest, choose_program, emit
+    problem = parse_shape(args.shape, args.layout, args.acc)
+    arch = Arch.parse(args.arch, "--arch")
+    program = choose_program(problem, arch, parse_program(args.program) if args.program else None)
+    path = emit(problem, program, Path(args.output))
+    print(f"{program}\n{path}")
+    if args.compile:
+        print(build_selftest(path, program))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from gemmforge.ir.verify import verify
+    program = parse_program(args.program)
+    problem = parse_shape(args.shape, args.layout, args.acc) if args.shape else None
+    verify(program, problem)
+    print(f"ok: {program}  ({program.name})")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from gemmforge.ir.schema import checked_in_schema, write_schema
+    if args.write:
+        print(f"wrote {write_schema()}")
+        return 0
+    print(json.dumps(checked_in_schema(), indent=2))
+    return 0
+
+
+def add_to(sub) -> None:
+    """Add emit, verify and schema to the gemmforge parser's subcommands `sub`."""
+    e = sub.add_parser("emit", help="write a standalone .cu for one shape")
+    add_problem_args(e)
+    e.add_argument("--arch", required=True, help="sm_80 or sm_90a")
+    e.add_argument("--program", help="program text, JSON, or @file (default: the heuristic's)")
+    e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("--compile", action="store_true", help="also build the self-test with nvcc")
+    e.set_defaults(run=cmd_emit)
+    v = sub.add_parser("verify", help="check a program (and optionally a shape)")
+    v.add_argument("program", help="program text, JSON, or @file")
+    add_problem_args(v, required=False)
+    v.set_defaults(run=cmd_verify)
+    s = sub.add_parser("schema", help="print the program JSON Schema")
+    s.add_argument("--write", action="store_true", help="regenerate ir/program.schema.json")
+    s.set_defaults(run=cmd_schema)

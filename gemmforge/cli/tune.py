@@ -1,0 +1,126 @@
+"""`gemmforge tune`: tune shapes with optuna and a policy, one worker per GPU.
+
+    gemmforge tune --shapes 1024x1024x1024,1000x4096x333 --budget 32
+    gemmforge tune --shapes sample:20 --budget 64 --policy learned --gpus 2
+    gemmforge tune --shapes grid --budget 16 --storage postgresql+psycopg://user@host/db
+    gemmforge tune --shapes sample:20 --budget 32 --replay synthetic      # no GPU: replayed
+
+`--shapes`: a comma list of MxNxK, `grid` (the 1000 shapes of search/data/grid_1000.txt),
+`sample:N[:SEED]` (N grid shapes drawn with SEED, default 0), or `@file` (one shape per
+line). `--gpus N` starts one worker process per GPU (CUDA devices 0..N-1), all on the same
+studies: each starts at a different shape and helps with the others once its own are done.
+A worker measures `--batch` candidates of a shape together (default 16: their builds run
+in parallel) and may tune `--concurrent` shapes at once (default 1; more threads overlap
+one shape's builds with another's measurements, but contend for the Python interpreter and
+the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candidates per
+GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
+(`--protocols`, the reward's protocol); `gemmforge bench` times the winners with all.
+At the end: a summary table, and a CSV + PNG of the best program per shape
+(search.report) in the current directory or `--report-dir`. The studies open in
+optuna-dashboard:
+
+    pip install optuna-dashboard && optuna-dashboard <the storage URL the run prints>
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from gemmforge.cli.common import UsageError
+from gemmforge.policy.registry import POLICIES
+
+
+def _protocols(text: str) -> list[str]:
+    """--protocols as a list, checked as BenchSettings checks it (a UsageError if bad)."""
+    from gemmforge.search.records import BenchSettings
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        BenchSettings(protocols=tuple(names))
+    except ValueError as e:
+        raise UsageError(f"--protocols: {e}") from None
+    return names
+
+
+def cmd_tune(args) -> int:
+    from gemmforge.search.records import Result
+    from gemmforge.search.report import write_report
+    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.studies import default_storage
+    from gemmforge.search.tune_jobs import run_workers, summary_table, timing_line
+    problems = parse_shapes(args.shapes, args.layout, args.acc)
+    if args.concurrent < 1:
+        raise UsageError(f"--concurrent: {args.concurrent} must be >= 1")
+    if args.confirm < 0:
+        raise UsageError(f"--confirm: {args.confirm} must be >= 0 (0: no confirmation)")
+    if args.policy == "llm" and not (args.llm_url or args.llm_model):
+        raise UsageError("--policy llm needs --llm-url (an OpenAI-compatible server) or "
+                         "--llm-model (a local model directory)")
+    storage = args.storage or default_storage()
+    job = {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
+           "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
+           "confirm": args.confirm,
+           "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
+           "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset},
+           "backends": args.backends.split(",") if args.backends else None,
+           "workers": args.gpus, "seed": args.seed, "replay": args.replay,
+           "concurrent": args.concurrent, "protocols": _protocols(args.protocols),
+           "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
+    print(f"storage: {storage}   (optuna-dashboard {storage})", file=sys.stderr)
+    start = time.perf_counter()
+    outcomes = run_workers(job, progress=not args.quiet)
+    wall = time.perf_counter() - start
+    print(summary_table(outcomes))
+    measured = sum(o["measured"] for o in outcomes)
+    print(f"{measured} candidates measured in {wall:.0f} s on {args.gpus} GPU(s): "
+          f"{measured / wall / args.gpus:.2f} candidates per GPU-second (builds included)")
+    print(timing_line(outcomes))
+    best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
+    if best and args.report:
+        csv_path, png_path = write_report(best, args.report,
+                                          Path(args.report_dir) if args.report_dir else None)
+        print(f"wrote {csv_path}\nwrote {png_path}")
+    return 0
+
+
+def add_to(sub) -> None:
+    """Add `tune` to the gemmforge parser's subcommands `sub`."""
+    t = sub.add_parser("tune", help="tune shapes: optuna + a policy, one worker per GPU",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--shapes", required=True, help="MxNxK,..., grid, sample:N[:SEED] or @file")
+    t.add_argument("--layout", default="nn", help="nn or nt")
+    t.add_argument("--acc", default="f32", help="f32 or f16")
+    t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
+    t.add_argument("--seconds", type=float, help="measurement seconds per shape (optional)")
+    t.add_argument("--policy", default="heuristic", choices=tuple(POLICIES))
+    t.add_argument("--checkpoint", help="learned policy checkpoint, loaded at the start and "
+                                        "saved with what it learned at the end (default: "
+                                        "user cache; gemmforge train-policy writes it)")
+    t.add_argument("--llm-url", help="--policy llm: an OpenAI-compatible server (vllm serve)")
+    t.add_argument("--llm-model", help="--policy llm: served model name, or a local model "
+                                       "directory for vLLM's offline engine")
+    t.add_argument("--llm-dataset", help="--policy llm: JSONL file the (prompt, completion, "
+                                         "reward) rows go to")
+    t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
+    t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
+    t.add_argument("--backends", help="comma list (default: every registered backend)")
+    t.add_argument("--batch", type=int, default=16,
+                   help="candidates measured together (their builds run in parallel)")
+    t.add_argument("--concurrent", type=int, default=1,
+                   help="shapes each worker tunes at once (their builds overlap the others' "
+                        "measurements)")
+    t.add_argument("--protocols", default="kernel",
+                   help="timing protocols per candidate, comma list of kernel,cold,call,"
+                        "server (kernel: the reward; the others cost GPU time)")
+    t.add_argument("--confirm", type=int, default=3,
+                   help="after the budget, time the best N again together and record the "
+                        "winner's figures (0: keep the best single reading)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
+                                    "instead of a GPU")
+    t.add_argument("--report", default="tune", help="result name: <name>.csv and <name>.png "
+                                                    "('' for none)")
+    t.add_argument("--report-dir", help="folder for the report (default: the current directory)")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.set_defaults(run=cmd_tune, argv=None)

@@ -1,0 +1,51 @@
+"""`gemmforge emit`: write a standalone .cu for one shape, needing only the CUDA toolkit.
+
+The file holds the kernel, the extern "C" launcher and, under GEMMFORGE_STANDALONE_MAIN,
+a main() that checks the result against a simple reference kernel and prints its time;
+its header comment gives the nvcc command lines.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gemmforge.backends import registry
+from gemmforge.compiler.values import BuildError
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.ir.verify import VerifyError, verify
+
+
+def choose_program(problem: Problem, arch: Arch, program: Program | None = None) -> Program:
+    """`program` if given (checked against `arch`), else the tuned database's program for
+    `problem` (or its nearest tuned shape's, when legal here), else the heuristic's."""
+    if program is None:
+        from gemmforge.ops import program_for
+        return program_for(problem, arch)
+    if program.arch != arch:
+        raise VerifyError(f"arch: the program is {program.arch.value} but --arch is {arch.value}")
+    return program
+
+
+def emit(problem: Problem, program: Program, out_dir: Path) -> Path:
+    """Write `<out_dir>/<kernel name>.cu` for `program` and return its path."""
+    verify(program, problem)
+    text = registry.get(program.backend).standalone(program, problem)
+    if text is None:
+        raise VerifyError(f"backend: {program.backend} can't emit a standalone .cu file")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{program.name}.cu"
+    tmp = path.with_suffix(".cu.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def build_selftest(cu_path: Path, program: Program, device_sm: int | None = None) -> Path:
+    """Compile the file's self-test executable next to it (BuildError with the command)."""
+    from gemmforge.compiler import nvcc
+    exe = cu_path.with_suffix("")
+    flags = [*nvcc.gencode(program.arch, device_sm), *registry.get(program.backend).nvcc_flags(program)]
+    nvcc.compile_cuda(cu_path, exe, [*flags, "-DGEMMFORGE_STANDALONE_MAIN"], shared=False)
+    return exe
+
+
+__all__ = ["BuildError", "build_selftest", "choose_program", "emit"]

@@ -1,0 +1,31 @@
+"""Shape lists for the commands and benchmarks: `--shapes` values turned into Problems.
+
+    parse_shapes("1024x1024x1024,1000x4096x333")   # a comma list of MxNxK
+    parse_shapes("grid")                            # the 1,000 shapes of data/grid_1000.txt
+    parse_shapes("sample:20:3")                     # 20 grid shapes drawn with random.Random(3)
+    parse_shapes("@shapes.txt")                     # one MxNxK per line
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from gemmforge.ir.program import Problem
+
+GRID = Path(__file__).with_name("data") / "grid_1000.txt"
+
+
+def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
+    """Problems from a --shapes value (see the module docstring); raises IRError on a bad
+    shape. `sample:N[:SEED]` draws N grid shapes with SEED (default 0)."""
+    from gemmforge.ir.text import parse_problem
+    if spec == "grid" or spec.startswith("sample:"):
+        shapes = GRID.read_text().split()
+        if spec != "grid":
+            _, count, *seed = spec.split(":")
+            shapes = random.Random(int(seed[0]) if seed else 0).sample(shapes, int(count))
+    elif spec.startswith("@"):
+        shapes = Path(spec[1:]).read_text().split()
+    else:
+        shapes = [s for s in spec.split(",") if s.strip()]
+    return [parse_problem(f"{s} {layout} {acc}") for s in shapes]

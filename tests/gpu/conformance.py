@@ -1,0 +1,114 @@
+"""The GPU conformance suite's data: the programs each backend is checked with, and the
+shapes and problem kinds every one of them meets (tests/gpu/test_conformance_gpu.py).
+
+A backend listed in PROGRAMS is checked with those programs (each keeps the features its
+tests covered: split-K, stream-K, clusters, epilogues, ...); any other registered backend
+with the heuristic policy's first program per arch it claims, so a new backend gets the
+whole suite by registering. SEPARATE names a backend checked elsewhere, and why.
+"""
+from __future__ import annotations
+
+KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
+ALIGNED = [(64, 64, 64), (256, 256, 256), (1000, 4096, 336), (4096, 64, 8192)]
+RAGGED = [(1, 1, 1), (17, 33, 65), (1000, 4096, 333), (129, 255, 1000)]
+BINARY = (200, 136, 520)  # {0,1} inputs, k <= 2048: every partial sum is exact in fp16
+
+CUDA = [
+    "cuda_simt sm_80 64x64x32 w2x2 s3 swpad col/4 pred k1 dp c1x1 nows direct",
+    "cuda_simt sm_80 32x64x16 w1x2 s1 swnone row/1 padop k3 dp c1x1 nows direct",
+    "cuda_wmma sm_80 64x128x32 w2x2 s3 swpad row/8 pred k1 dp c1x1 nows direct",
+    "cuda_wmma sm_80 32x32x16 w2x2 s2 swnone row/2 padop k2a dp c1x1 nows direct",
+    "cuda_mma sm_80 128x128x32 w2x2 s4 sw128 row/8 pred k1 dp c1x1 nows direct",
+    "cuda_mma sm_80 128x256x32 w2x4 s3 sw64 col/8 pred k1 dp c1x1 nows direct",
+    "cuda_mma sm_80 64x64x64 w2x2 s3 swpad row/4 padop k4 dp c1x1 nows direct",
+    "cuda_mma sm_80 32x32x32 w1x1 s2 swnone row/1 pred k3a dp c1x1 nows direct",
+]
+CUDA_WGMMA = [
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 col/8 pred k1 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x128 w1x1 s3 sw128 row/1 padop k2a dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w1x2 s4 sw128 row/8 padop k1 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 256x128x64 w4x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 col/4 padop k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k3 persistent c1x1 pingpong direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 persistent c2x1 pingpong tma",
+    "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 192x128x64 w1x1 s5 sw128 row/4 pred k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 padop k1 streamk c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x64 w1x1 s4 sw128 row/1 pred k1 streamk c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x2 s4 sw128 row/1 pred k1 persistent c2x1 coop tma",
+    "cuda_wgmma sm_90a 128x256x64 w1x4 s4 sw128 row/8 padop k1 dp c1x2 coop direct",
+]
+CUTE_CPP = [
+    "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
+    "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone col/8 pred k1 streamk c1x2 coop tma",
+    "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone row/2 padop k4 dp c1x1 coop direct",
+    "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone row/1 padop k3a persistent c1x1 coop direct",
+    "cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/4 padop k1 dp c1x1 pingpong direct",
+    "cute_cpp sm_90a 64x128x64 w1x1 s4 swnone row/1 pred k1 persistent c2x1 pingpong tma",
+    "cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/1 pred k1 dp c1x1 nows direct",
+    "cute_cpp sm_80 128x128x32 w1x1 s3 swnone col/4 padop k2 dp c1x1 nows smem",
+    "cute_cpp sm_80 256x128x32 w2x1 s3 swnone row/2 pred k1 dp c1x1 nows smem",
+    # a 192-wide tile (TILE_EXTRAS): the tile cuBLAS picks for 12288x256x16384
+    "cute_cpp sm_90a 128x192x64 w2x1 s4 swnone row/8 pred k1 persistent c2x1 coop tma",
+    # one ping-pong warpgroup holding 192 accumulators (cute_cpp's consumer budget)
+    "cute_cpp sm_90a 192x128x64 w1x1 s4 swnone row/8 pred k1 persistent c1x1 pingpong tma",
+    # consumers split along N (w1x2): CUTLASS's cooperative kernel on C^T = B^T A^T, with a
+    # cluster and with stream-K, both swapped into its frame
+    "cute_cpp sm_90a 192x128x64 w1x2 s5 swnone row/8 pred k1 persistent c2x1 coop tma",
+    "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/4 pred k1 streamk c1x1 coop tma",
+]
+TRITON = [
+    "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_80 64x64x64 w2x2 s3 swnone col/4 pred k4 dp c1x1 nows direct",
+    "triton sm_80 128x64x32 w2x2 s4 swnone row/8 pred k3a persistent c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+    "triton sm_90a 128x64x64 w1x4 s4 swnone col/4 pred k4 dp c1x1 nows tma",
+]
+
+PROGRAMS: dict[str, list[str]] = {}
+for _text in (*CUDA, *CUDA_WGMMA, *CUTE_CPP, *TRITON):
+    PROGRAMS.setdefault(_text.split()[0], []).append(_text)
+
+SEPARATE = {
+    "cute_dsl": "tests/gpu/test_cute_dsl_gpu.py: its kernels are compiled per exact shape "
+                "ahead of time on a CPU machine (scripts/prebuild_cute_dsl.py), not here",
+}
+
+
+def programs_for(backend) -> list[str]:
+    """The program texts `backend` (a registry entry) is checked with."""
+    if backend.name in PROGRAMS:
+        return PROGRAMS[backend.name]
+    from gemmforge.ir.program import Problem
+    from gemmforge.policy.heuristic import HeuristicPolicy
+    policy = HeuristicPolicy(backend.name)
+    return [str(p) for arch in sorted(backend.archs, key=lambda a: a.value)
+            for p in policy.propose(Problem(256, 256, 256), arch, 1)]
+
+
+def cases() -> list[tuple[str, tuple, str, str]]:
+    """(program text, shape, layout, acc) for every registered backend outside SEPARATE,
+    every program of it, shape of ALIGNED + RAGGED and kind of KINDS where ir.verify
+    accepts the program for that problem (a legal program must compute it right)."""
+    from gemmforge.backends import registry
+    from gemmforge.ir import Problem, check, parse
+    out = []
+    for backend in registry.all():
+        if backend.name in SEPARATE:
+            continue
+        for text in programs_for(backend):
+            program = parse(text)
+            for shape in (*ALIGNED, *RAGGED):
+                for layout, acc in KINDS:
+                    if check(program, Problem(*shape, layout, acc)) is None:
+                        out.append((text, shape, layout, acc))
+    return out

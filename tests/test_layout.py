@@ -1,0 +1,157 @@
+"""The package's shape: one import name, floors that import only downwards, no circles.
+
+Walks the installed package (editable or not) with `ast`: every `import` and
+`from ... import`, at module level or inside a function, is an arrow from one file to
+another. Floors, from the bottom: ir -> compiler (the toolchain) -> backends -> policy ->
+search -> the face (gemmforge/__init__.py, ops, emit, cli). A file may import its own floor
+or those below; importing a package's parent (`gemmforge`) is implicit and not counted.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import gemmforge
+
+FLOORS = {"ir": 0, "compiler": 1, "backends": 2, "policy": 3, "search": 4}
+FACE = 5
+
+
+def floor(module: str) -> int:
+    """The floor of a gemmforge module by its dotted name."""
+    parts = module.split(".")
+    return FLOORS.get(parts[1], FACE) if len(parts) > 1 else FACE
+
+
+def package_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every .py of the installed gemmforge package."""
+    files = {}
+    roots = {"gemmforge": Path(gemmforge.__file__).parent}
+    for sub in FLOORS:
+        roots[f"gemmforge.{sub}"] = Path(importlib.util.find_spec(f"gemmforge.{sub}").origin).parent
+    for package, root in roots.items():
+        for path in root.rglob("*.py"):
+            rel = path.relative_to(root).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if package == "gemmforge" and parts and parts[0] in FLOORS:
+                continue  # a source folder nested under the face's folder: not the package
+            files[".".join([package, *parts])] = path
+    return files
+
+
+def _target(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base[:len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The gemmforge modules `module` imports anywhere in its file (functions included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _target(node, module, path.name == "__init__.py")
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                     for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n in known and n != "gemmforge"}
+    return out - {module}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = package_files()
+    return {m: imports(m, p, set(files)) for m, p in files.items()}
+
+
+def test_the_walk_sees_every_floor(graph):
+    """The walk found the package: each floor and the face have files, and arrows exist."""
+    assert {floor(m) for m in graph} == {*FLOORS.values(), FACE}
+    assert "gemmforge.backends.pipeline" in graph["gemmforge.search.worker"]
+
+
+def test_no_arrow_points_up_a_floor(graph):
+    up = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                if floor(b) > floor(a))
+    assert not up, "imports against the floors:\n" + "\n".join(up)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one file (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles_between_files(graph):
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_distribution_installs_one_import_name():
+    """The installed distribution's files put exactly one name at the top of site-packages
+    (an editable install's finder hooks aside)."""
+    dist = importlib.metadata.distribution("gemmforge")
+    top = (dist.read_text("top_level.txt") or "").split()
+    if not top:  # some installers write no top_level.txt: derive it from RECORD
+        top = sorted({f.parts[0].removesuffix(".py") for f in dist.files or []
+                      if not f.parts[0].endswith((".dist-info", ".pth"))
+                      and not f.parts[0].startswith("__editable__")
+                      and f.parts[0] not in ("..", "__pycache__")})
+    assert top == ["gemmforge"], top
+
+
+def test_the_runtime_path_needs_neither_optuna_nor_sqlalchemy():
+    """matmul's path (pick a program, compile, load) imports neither, and picks the
+    heuristic's program where they are missing."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "sys.modules['optuna'] = sys.modules['sqlalchemy'] = None\n"
+            "import gemmforge, gemmforge.ops, gemmforge.backends.pipeline\n"
+            "from gemmforge.ir import Problem\n"
+            "from gemmforge.ir.program import Arch\n"
+            "from gemmforge.policy.heuristic import default_program\n"
+            "p = Problem(1000, 4096, 333)\n"
+            "assert gemmforge.ops.program_for(p, Arch.SM90A) == default_program(p, Arch.SM90A)\n"
+            "print('ok')\n")
+    from gemmforge.compiler.child import SAFE_PATH
+    done = subprocess.run([sys.executable, *SAFE_PATH, "-c", code], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
