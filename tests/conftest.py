@@ -4,6 +4,13 @@ import shutil
 
 import pytest
 
+try:  # property tests run on loaded 2-core CI machines: no per-example deadline
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile("gemmforge", deadline=None)
+    _hypothesis_settings.load_profile("gemmforge")
+except ImportError:  # hypothesis is a test extra
+    pass
+
 
 def _has_cuda() -> bool:
     try:

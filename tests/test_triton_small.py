@@ -96,9 +96,9 @@ def test_the_space_searches_the_new_values():
     assert triton.choices("swap_ab") == (False, True)
     assert "inkernel" in triton.choices("split_k.reduction")
     assert max(triton.choices("stages")) == 16
-    wgmma = variant("cuda_wgmma", Arch.SM90A)
-    assert wgmma.choices("swap_ab") == (False,) and max(wgmma.choices("stages")) == 8
-    assert "inkernel" not in wgmma.choices("split_k.reduction")
+    mma = variant("cuda_mma", Arch.SM90A)  # declares none of them
+    assert mma.choices("swap_ab") == (False,) and max(mma.choices("stages")) == 8
+    assert "inkernel" not in mma.choices("split_k.reduction")
 
 
 def interpret_all(out: str) -> None:
