@@ -47,7 +47,12 @@ class CapabilityTable:
             self._loaders.append(loader)
 
     def _load(self) -> None:
-        if not self._loaders or self._loading:
+        # A loader leaves the list only once it has run, so a thread that finds the list
+        # empty knows every backend is in; one that finds it not empty while another thread
+        # loads waits on the lock until that load is done (builder threads look backends
+        # up concurrently). The loading thread itself, re-entering from inside a loader
+        # (the lock is re-entrant), returns at once.
+        if not self._loaders:
             return
         with self._lock:
             if self._loading:
@@ -55,7 +60,10 @@ class CapabilityTable:
             self._loading = True
             try:
                 while self._loaders:
-                    self._loaders.pop(0)()
+                    try:
+                        self._loaders[0]()
+                    finally:
+                        self._loaders.pop(0)
             finally:
                 self._loading = False
 
