@@ -1,0 +1,125 @@
+"""Build search/data/measured_gpu.csv.gz: every GPU measurement the repository has recorded.
+
+    python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.gz]
+
+Reads every version of every CSV under benchmarks/results/ in the git history (results
+that later commits superseded or removed included: a measurement stays a measurement),
+keeps the ok rows with both times, and writes one row per (problem, device, program):
+
+    m,n,k,layout,acc,device,program,speedup,kernel_us,cublas_us,count
+
+`speedup` is the median over the recorded measurements of Result.speedup (the paired
+per-round ratio where recorded, else cublas_us / kernel_us), the times their medians,
+`count` how many measurements were merged. Programs are rewritten in the current
+canonical text; rows whose program no longer parses are dropped (counted on stderr).
+search.replay_reward reads the file.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = "benchmarks/results"
+FIELDS = ("m", "n", "k", "layout", "acc", "device", "program", "speedup", "kernel_us",
+          "cublas_us", "count")
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "search" / "data" / "measured_gpu.csv.gz"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def csv_blobs(repo: Path) -> dict[str, str]:
+    """{blob sha: path} of every CSV under benchmarks/results in any commit that touched it."""
+    blobs = {}
+    for commit in _git(repo, "log", "--all", "--format=%H", "--", RESULTS).split():
+        for line in _git(repo, "ls-tree", "-r", commit, "--", RESULTS).splitlines():
+            meta, path = line.split("\t", 1)
+            if path.endswith(".csv"):
+                blobs[meta.split()[2]] = path
+    return blobs
+
+
+def _float(value: str) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out > 0 else None
+
+
+def measurements(repo: Path):
+    """Distinct ok measurements: (problem key, device, program text) -> list of
+    (speedup, kernel_us, cublas_us). The same row in several file versions counts once."""
+    seen, out = set(), {}
+    for sha in csv_blobs(repo):
+        reader = csv.DictReader(io.StringIO(_git(repo, "cat-file", "-p", sha)))
+        if not reader.fieldnames or not {"program", "kernel_us", "cublas_us"} <= set(reader.fieldnames):
+            continue
+        for row in reader:
+            kernel, cublas = _float(row.get("kernel_us")), _float(row.get("cublas_us"))
+            if (row.get("status") or "ok") != "ok" or kernel is None or cublas is None:
+                continue
+            speedup = _float(row.get("paired_speedup")) or cublas / kernel
+            problem = (int(row["m"]), int(row["n"]), int(row["k"]), row.get("layout") or "nn",
+                       row.get("acc") or "f32")
+            marker = (problem, row["device"], row["program"].strip(), row["kernel_us"])
+            if marker not in seen:
+                seen.add(marker)
+                out.setdefault(marker[:3], []).append((speedup, kernel, cublas))
+    return out
+
+
+def canonical(text: str) -> str | None:
+    """The program's current canonical text, or None if it no longer parses."""
+    from gemmforge.ir.program import IRError
+    from gemmforge.ir.text import parse
+    try:
+        return str(parse(text))
+    except (IRError, ValueError):
+        return None
+
+
+def build(repo: Path, out: Path) -> int:
+    """Write the merged file; returns the number of rows written."""
+    merged: dict = {}
+    dropped = 0
+    for (problem, device, text), values in measurements(repo).items():
+        program = canonical(text)
+        if program is None:
+            dropped += 1
+            continue
+        merged.setdefault((problem, device, program), []).extend(values)
+    rows = sorted(merged.items())
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(FIELDS)
+    for (problem, device, program), values in rows:
+        med = [statistics.median(v[i] for v in values) for i in range(3)]
+        writer.writerow([*problem, device, program, f"{med[0]:.5f}", f"{med[1]:.3f}",
+                         f"{med[2]:.3f}", len(values)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same rows, the same bytes
+        f.write(buf.getvalue().encode())
+    print(f"{out}: {len(rows)} rows; {dropped} (problem, device, program) dropped: program "
+          "no longer parses", file=sys.stderr)
+    return len(rows)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    args = ap.parse_args(argv)
+    build(args.repo, args.out)
+
+
+if __name__ == "__main__":
+    main()
