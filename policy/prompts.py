@@ -65,11 +65,14 @@ _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMx
 
 @dataclass(frozen=True)
 class PromptConfig:
-    """How many contrastive examples a prompt shows, by kind."""
+    """How many contrastive examples a prompt shows, by kind, and which backends it offers
+    (`backends`: names; empty for every usable one). Fewer backends make a shorter prompt
+    and a narrower reply schema, which is what a CPU training run can afford."""
 
     best: int = 2
     worst: int = 2
     neighbours: int = 3
+    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,19 +158,22 @@ def _backend_lines(be) -> list[str]:
     return lines
 
 
-def usable_backends(problem: Problem, arch: Arch) -> list:
-    """Registered backends that emit code for `arch` and compute `problem`'s layout and acc."""
+def usable_backends(problem: Problem, arch: Arch, only: Sequence[str] = ()) -> list:
+    """Registered backends that emit code for `arch` and compute `problem`'s layout and acc
+    (of those named in `only`, if any)."""
     from gemmforge.backends import registry
     return [be for be in registry.all() if arch in be.archs
-            and problem.layout in be.layouts and problem.acc in be.accumulators]
+            and problem.layout in be.layouts and problem.acc in be.accumulators
+            and (not only or be.name in only)]
 
 
-def backends_section(problem: Problem, arch: Arch) -> str:
-    """Each usable backend with its instruction, divisibility rule and accepted values."""
+def backends_section(problem: Problem, arch: Arch, only: Sequence[str] = ()) -> str:
+    """Each usable backend (of `only`, if given) with its instruction, divisibility rule
+    and accepted values."""
     lines = [f"## Backends for {arch.value} (fields not listed accept every IR value)",
              "Rules for every backend: split_k.reduction is \"workspace\" when slices is 1; "
              "schedule \"stream_k\" needs split_k slices 1."]
-    for be in usable_backends(problem, arch):
+    for be in usable_backends(problem, arch, only):
         lines.extend(_backend_lines(be))
     return "\n".join(lines)
 
@@ -248,7 +254,7 @@ def build_prompt(problem: Problem, arch: Arch, lineage: Lineage | None = None,
     (and `avoid`, programs proposed earlier in the same call that it must not repeat)."""
     examples = pick_examples(lineage, problem, config) if lineage is not None else []
     sections = [problem_section(problem, arch), hardware_section(arch),
-                backends_section(problem, arch), examples_section(examples)]
+                backends_section(problem, arch, config.backends), examples_section(examples)]
     if avoid:
         sections.append(avoid_section(avoid))
     user = "\n\n".join([*sections, request_section(examples)])

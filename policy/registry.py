@@ -55,7 +55,7 @@ def _random(archs, backends, checkpoint, seed, llm):
 @register("llm")
 def _llm(archs, backends, checkpoint, seed, llm):
     from gemmforge.policy.llm import from_cli
-    return from_cli(seed=seed, **(llm or {}))
+    return from_cli(seed=seed, backends=backends, **(llm or {}))
 
 
 @register("none")

@@ -3,7 +3,7 @@
     gemmforge emit --shape 1000x4096x333 --arch sm_80 [--program TEXT|JSON|@FILE] -o DIR
     gemmforge verify PROGRAM [--shape MxNxK]
     gemmforge schema
-    gemmforge tune | bench | train-policy ...
+    gemmforge tune | bench | train-policy | train-llm ...
 
 Bad input (a malformed shape, program text or JSON, an illegal program, a missing optional
 extra) gets one line saying what is wrong and what is allowed, and exit code 2; a failed
@@ -26,6 +26,7 @@ COMMANDS = (
     "gemmforge.cli.tune",      # tune
     "gemmforge.cli.bench",     # bench
     "gemmforge.cli.train",     # train-policy
+    "gemmforge.cli.train_llm", # train-llm
 )
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]

@@ -62,7 +62,8 @@ def cmd_tune(args) -> int:
            "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
            "confirm": args.confirm,
            "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
-           "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset},
+           "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset,
+                   "adapter": args.llm_adapter, "engine": args.llm_engine},
            "backends": args.backends.split(",") if args.backends else None,
            "workers": args.gpus, "seed": args.seed, "replay": args.replay,
            "concurrent": args.concurrent, "protocols": _protocols(args.protocols),
@@ -102,6 +103,12 @@ def add_to(sub) -> None:
                                        "directory for vLLM's offline engine")
     t.add_argument("--llm-dataset", help="--policy llm: JSONL file the (prompt, completion, "
                                          "reward) rows go to")
+    t.add_argument("--llm-adapter", help="--policy llm: a LoRA adapter folder from gemmforge "
+                                         "train-llm (a server must serve it under the "
+                                         "folder's name: --lora-modules NAME=PATH)")
+    t.add_argument("--llm-engine", default="vllm", choices=("vllm", "transformers"),
+                   help="--policy llm with a local model: vLLM's offline engine, or "
+                        "transformers (any device; replies not schema-constrained)")
     t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")

