@@ -15,6 +15,7 @@ Rows are what RL and SFT trainers read (docs/llm_finetune.md has the recipes):
 | timestamp | str | ISO 8601, UTC |
 | key | str or null | the program's content hash (ir.Program.key) |
 | schema_version | int | version of the Program JSON form (ir.schema.SCHEMA_VERSION) |
+| adapter | str or null | the LoRA adapter that wrote the completion ("NAME@HASH", policy.samplers.adapter_id); null for the base model |
 
 TRL's GRPOTrainer needs `prompt` and passes every other column to reward functions as
 keyword arguments (lists, one entry per completion): `problem` and `arch` are what
@@ -41,11 +42,12 @@ from gemmforge.ir.schema import SCHEMA_VERSION
 from gemmforge.policy.prompts import FAILED_REWARD, Prompt
 
 FIELDS = ("prompt", "completion", "program", "reward", "error", "problem", "arch", "model",
-          "timestamp", "key", "schema_version")
+          "timestamp", "key", "schema_version", "adapter")
 
 
 def make_row(prompt: Prompt, completion: str, program: Program | None, reward: float,
-             problem: Problem, arch: Arch, model: str, error: str = "") -> dict:
+             problem: Problem, arch: Arch, model: str, error: str = "",
+             adapter: str | None = None) -> dict:
     """One dataset row (see the module docstring for the fields)."""
     return {
         "prompt": prompt.messages(),
@@ -59,6 +61,7 @@ def make_row(prompt: Prompt, completion: str, program: Program | None, reward: f
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "key": None if program is None else program.key,
         "schema_version": SCHEMA_VERSION,
+        "adapter": adapter,
     }
 
 

@@ -32,7 +32,10 @@ from gemmforge.policy.dataset import DatasetWriter, make_row
 from gemmforge.policy.lineage import Lineage
 from gemmforge.policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
 from gemmforge.policy.replies import Proposal, parse_reply
-from gemmforge.policy.samplers import OpenAISampler, Sampler, SamplerError, VLLMSampler
+from gemmforge.policy.samplers import (
+    OpenAISampler, Sampler, SamplerError, TransformersSampler, VLLMSampler, adapter_id,
+    adapter_name,
+)
 
 ANALYSIS_MAX_CHARS = 400  # ~100 words; bounds the tokens spent before the program
 SEED_STRIDE = 1 << 16  # more samples than one request ever asks for
@@ -64,11 +67,13 @@ def backend_program_schema(be, arch: Arch) -> dict:
     return schema
 
 
-def reply_schema(problem: Problem, arch: Arch) -> dict:
+def reply_schema(problem: Problem, arch: Arch, only: tuple[str, ...] = ()) -> dict:
     """JSON Schema of a reply: {"analysis": str, "program": one of the Program forms of
-    the backends usable for `problem` on `arch`}, each narrowed by backend_program_schema,
-    so only cross-field rules (divisibility, shared memory, registers) are left to verify."""
-    variants = [backend_program_schema(be, arch) for be in usable_backends(problem, arch)]
+    the backends usable for `problem` on `arch` (of `only`, if given)}, each narrowed by
+    backend_program_schema, so only cross-field rules (divisibility, shared memory,
+    registers) are left to verify."""
+    variants = [backend_program_schema(be, arch)
+                for be in usable_backends(problem, arch, only)]
     if not variants:
         raise ValueError(f"no registered backend computes {problem} on {arch.value}")
     return {
@@ -100,6 +105,9 @@ class LLMPolicy:
     `oversample` asks for that many completions per program wanted; `rounds` how many
     requests one propose() may make before returning fewer than `n`; `max_n` caps the
     programs one propose() returns, whatever `n` asks (sampling is the slow part).
+    `adapter`: a PEFT LoRA folder (gemmforge train-llm) the sampler applies; its id
+    (samplers.adapter_id) goes into every dataset row and into the lineage's `source`
+    ("llm:<id>") of the programs it proposed.
     """
 
     name = "llm"
@@ -109,9 +117,12 @@ class LLMPolicy:
                  dataset: str | Path | DatasetWriter | None = None,
                  config: PromptConfig = PromptConfig(), temperature: float = 0.8,
                  max_tokens: int = 768, oversample: int = 2, rounds: int = 2,
-                 max_n: int = 8, seed: int | None = None, **sampler_opts):
-        self.sampler = sampler or make_sampler(model, url, **sampler_opts)
+                 max_n: int = 8, seed: int | None = None,
+                 adapter: str | Path | None = None, **sampler_opts):
+        self.sampler = sampler or make_sampler(model, url, adapter=adapter, **sampler_opts)
         self.model_name = str(model or url or type(self.sampler).__name__)
+        self.adapter = None if adapter is None else adapter_id(adapter)
+        self.source = self.name if self.adapter is None else f"{self.name}:{self.adapter}"
         self.lineage = lineage if lineage is not None else Lineage()
         self.dataset = DatasetWriter(dataset) if isinstance(dataset, (str, Path)) else dataset
         self.config, self.temperature, self.max_tokens = config, temperature, max_tokens
@@ -147,7 +158,7 @@ class LLMPolicy:
         if n < 1:
             return []
         try:
-            schema = reply_schema(problem, arch)
+            schema = reply_schema(problem, arch, self.config.backends)
         except ValueError as e:
             prompt = build_prompt(problem, arch, self.lineage, self.config)
             self._fail(Proposal(None, f"schema: {e}", ""), prompt, problem, arch)
@@ -187,19 +198,21 @@ class LLMPolicy:
         self.proposals.append(proposal)
         if self.dataset is not None and proposal.raw_text:
             self.dataset.append(make_row(prompt, proposal.raw_text, None, FAILED_REWARD,
-                                         problem, arch, self.model_name, proposal.reason))
+                                         problem, arch, self.model_name, proposal.reason,
+                                         adapter=self.adapter))
 
     def observe(self, problem: Problem, program: Program, reward: float) -> None:
         """Add the result to the lineage (child of the prompt's best program, if it was
         ours) and, for a program this policy proposed, write a dataset row."""
         origin = self._origins.pop((str(problem), program), None)
         parent = origin.prompt.parent if origin else None
-        self.lineage.add(program, source=self.name if origin else "observed",
+        self.lineage.add(program, source=self.source if origin else "observed",
                          problem=str(problem), parent=parent if parent != program else None,
                          reward=reward)
         if origin is not None and self.dataset is not None:
             self.dataset.append(make_row(origin.prompt, origin.proposal.raw_text, program,
-                                         reward, problem, origin.arch, self.model_name))
+                                         reward, problem, origin.arch, self.model_name,
+                                         adapter=self.adapter))
 
     def stats(self) -> dict:
         """Counts over every proposal so far: legal fraction, distinct legal programs,
@@ -214,28 +227,40 @@ class LLMPolicy:
                 else 0.0}
 
 
-def make_sampler(model: str | Path | None = None, url: str | None = None,
-                 **opts) -> Sampler:
-    """An OpenAISampler for `url` (model = the served name), else a VLLMSampler on the
-    local directory `model`."""
+def make_sampler(model: str | Path | None = None, url: str | None = None, *,
+                 adapter: str | Path | None = None, engine: str = "vllm", **opts) -> Sampler:
+    """An OpenAISampler for `url` (model = the served name; with `adapter` and no model,
+    the adapter's folder name, as `vllm serve --lora-modules NAME=PATH` serves it), else
+    a sampler on the local directory `model` with the adapter applied: vLLM's offline
+    engine (`engine` "vllm") or transformers ("transformers", any device, CPU included)."""
     if url:
-        return OpenAISampler(url, None if model is None else str(model), **opts)
+        name = model if model is not None else (adapter_name(adapter) if adapter else None)
+        return OpenAISampler(url, None if name is None else str(name), **opts)
+    if model and engine == "transformers":
+        return TransformersSampler(model, adapter=adapter, **opts)
     if model:
-        return VLLMSampler(model, **opts)
+        return VLLMSampler(model, adapter=adapter, **opts)
     raise ValueError("the llm policy needs a server URL (--llm-url) or a local model "
                      "directory for vLLM (--llm-model)")
 
 
 def from_cli(url: str | None = None, model: str | None = None, *,
              dataset: str | None = None, lineage: str | Path | None = None,
-             temperature: float = 0.8, seed: int | None = None) -> LLMPolicy:
+             temperature: float = 0.8, seed: int | None = None,
+             adapter: str | None = None, engine: str = "vllm",
+             backends=None) -> LLMPolicy:
     """The policy `gemmforge tune --policy llm --llm-url URL --llm-model DIR` runs.
 
     `url`: an OpenAI-compatible server (`model`, if given, is the served model's name);
     without it `model` is a local model directory for the offline vLLM engine.
     `dataset`: JSONL file to append (prompt, completion, reward) rows to. `lineage`: a
-    saved Lineage JSON (policy.lineage) to start from, if the file exists.
+    saved Lineage JSON (policy.lineage) to start from, if the file exists. `adapter`: a
+    LoRA folder from `gemmforge train-llm` (a server must serve it under its folder's
+    name: `vllm serve BASE --enable-lora --lora-modules NAME=PATH`). `engine`: "vllm" or
+    "transformers" for a local model directory. `backends`: names the prompt and the
+    reply schema offer (None: every usable backend).
     """
     graph = Lineage.load(lineage) if lineage and Path(lineage).exists() else None
     return LLMPolicy(model=model, url=url, dataset=dataset, lineage=graph,
-                     temperature=temperature, seed=seed)
+                     config=PromptConfig(backends=tuple(backends or ())),
+                     temperature=temperature, seed=seed, adapter=adapter, engine=engine)

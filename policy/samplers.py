@@ -2,6 +2,11 @@
 OpenAI-compatible server (`vllm serve`, ...) by URL. Both constrain every completion to a
 JSON Schema; neither parses nor judges what comes back (policy.llm does).
 
+A third, `TransformersSampler`, runs a Hugging Face model (with a PEFT LoRA adapter, if
+given) through `transformers.generate` on any device, CPU included; it does not constrain
+replies to the schema (policy.llm checks every reply), which is how `gemmforge train-llm`
+samples, so its evaluation compares policies the way they were trained.
+
 A sampler is anything with
 
     sample(prompt: Prompt, schema: dict, n: int, *, temperature: float,
@@ -137,15 +142,18 @@ class VLLMSampler:
     The engine starts on the first `sample()` (tens of seconds; minutes on a CPU build)
     and is kept. `engine_kwargs` go to `vllm.LLM` over ENGINE_DEFAULTS. Chat models
     (a tokenizer with a chat template) are prompted with `LLM.chat`, others with
-    `LLM.generate` on `Prompt.text()`.
+    `LLM.generate` on `Prompt.text()`. With `adapter` (a PEFT LoRA folder, as
+    `gemmforge train-llm` writes), the engine starts with LoRA enabled and every request
+    carries a `LoRARequest` for it.
     """
 
-    def __init__(self, model_dir: str | Path, **engine_kwargs):
-        self.model_dir = Path(model_dir)
-        if not self.model_dir.is_dir():
-            raise ValueError(f"model: {self.model_dir} is not a directory (a Hugging Face "
-                             "model folder with config.json and weights)")
-        self.engine_kwargs = {**ENGINE_DEFAULTS, **engine_kwargs}
+    def __init__(self, model_dir: str | Path, *, adapter: str | Path | None = None,
+                 **engine_kwargs):
+        self.model_dir = _model_dir(model_dir)
+        self.adapter = None if adapter is None else _adapter_dir(adapter)
+        lora = {"enable_lora": True, "max_lora_rank": adapter_rank(self.adapter)} \
+            if self.adapter else {}
+        self.engine_kwargs = {**ENGINE_DEFAULTS, **lora, **engine_kwargs}
         self._llm = None
 
     @property
@@ -172,11 +180,103 @@ class VLLMSampler:
         """`n` completions of one prompt from the engine (started on first use)."""
         params = self._params(schema, n, temperature, max_tokens, seed)
         llm = self.llm
+        lora = self._lora_request()
         try:
             if getattr(llm.get_tokenizer(), "chat_template", None):
-                outputs = llm.chat([prompt.messages()], params, use_tqdm=False)
+                outputs = llm.chat([prompt.messages()], params, use_tqdm=False,
+                                   lora_request=lora)
             else:
-                outputs = llm.generate([prompt.text()], params, use_tqdm=False)
+                outputs = llm.generate([prompt.text()], params, use_tqdm=False,
+                                       lora_request=lora)
         except Exception as e:  # an engine error must not kill a search
             raise SamplerError(f"vllm: {type(e).__name__}: {e}") from None
         return [out.text for out in outputs[0].outputs]
+
+    def _lora_request(self):
+        """vLLM's LoRARequest for the adapter, or None without one."""
+        if self.adapter is None:
+            return None
+        from vllm.lora.request import LoRARequest
+        return LoRARequest(adapter_name(self.adapter), 1, str(self.adapter))
+
+
+class TransformersSampler:
+    """A Hugging Face causal LM (plus a PEFT LoRA `adapter`, if given) sampled with
+    `transformers.generate`; the model loads on the first `sample()`. Replies are not
+    constrained to the schema: the policy parses and verifies each one."""
+
+    def __init__(self, model_dir: str | Path, *, adapter: str | Path | None = None,
+                 device: str = "cpu"):
+        self.model_dir = _model_dir(model_dir)
+        self.adapter = None if adapter is None else _adapter_dir(adapter)
+        self.device = device
+        self._model = self._tokenizer = None
+
+    def _load(self):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        if self.adapter is not None:
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(model, str(self.adapter))
+        self._model = model.to(self.device).eval()
+
+    def sample(self, prompt: Prompt, schema: dict, n: int, *, temperature: float = 0.8,
+               max_tokens: int = 768, seed: int | None = None) -> list[str]:
+        """`n` sampled completions of one prompt (the schema is not enforced here)."""
+        import torch
+        try:
+            if self._model is None:
+                self._load()
+            tok = self._tokenizer
+            ids = tok.apply_chat_template(prompt.messages(), add_generation_prompt=True,
+                                          return_tensors="pt", return_dict=True)
+            if seed is not None:
+                torch.manual_seed(seed)
+            with torch.no_grad():
+                out = self._model.generate(
+                    **ids.to(self.device), do_sample=True, temperature=temperature,
+                    max_new_tokens=max_tokens, num_return_sequences=n,
+                    pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        except (OSError, ValueError, RuntimeError, ImportError) as e:
+            raise SamplerError(f"transformers: {type(e).__name__}: {e}") from None
+        start = ids["input_ids"].shape[1]
+        return [tok.decode(row[start:], skip_special_tokens=True) for row in out]
+
+
+def _model_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"model: {path} is not a directory (a Hugging Face model folder "
+                         "with config.json and weights)")
+    return path
+
+
+def _adapter_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "adapter_config.json").is_file():
+        raise ValueError(f"adapter: {path} has no adapter_config.json (a PEFT LoRA folder, "
+                         "as gemmforge train-llm writes)")
+    return path
+
+
+def adapter_rank(path: str | Path) -> int:
+    """The LoRA rank `r` of a PEFT adapter folder."""
+    return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
+
+
+def adapter_name(path: str | Path) -> str:
+    """The name an adapter is served under: its folder's name."""
+    return Path(path).resolve().name
+
+
+def adapter_id(path: str | Path) -> str:
+    """What the lineage and the dataset record: "NAME@HASH", HASH the first 12 hex digits
+    of the SHA-256 of the adapter's weights (so a retrained adapter in the same folder
+    is told apart)."""
+    import hashlib
+    path = Path(path)
+    digest = hashlib.sha256()
+    for weights in sorted(path.glob("adapter_model.*")):
+        digest.update(weights.read_bytes())
+    return f"{adapter_name(path)}@{digest.hexdigest()[:12]}"

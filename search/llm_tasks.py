@@ -124,7 +124,7 @@ def make_replay_reward_fn(model: ReplayReward):
         rewards = base(completions, problem, arch, **kw)
         if shown is None:
             return rewards
-        from gemmforge.policy.llm import parse_reply
+        from gemmforge.policy.replies import parse_reply
         from gemmforge.policy.dataset import _text
         for i, (completion, prob, ar, listed) in enumerate(zip(completions, problem, arch,
                                                                  shown)):

@@ -3,7 +3,7 @@
     gemmforge train-llm --model .venv/models/smollm2-135m --output runs/llm-rl --steps 40
 
 TRL's GRPOTrainer samples `generations` completions per prompt with transformers (any
-device; replies are not schema-constrained, they are checked: policy.llm.parse_reply
+device; replies are not schema-constrained, they are checked: policy.replies.parse_reply
 parses them against the IR's JSON form and ir.verify judges them), scores each with
 search.llm_tasks' replayed reward, and updates a PEFT LoRA adapter with group-relative
 advantages. Prompts are policy.prompts' contrastive prompts for the training shapes of
@@ -90,7 +90,7 @@ def _logged_reward_fn(model: ReplayReward, log: StepLog):
     from gemmforge.ir.program import Arch
     from gemmforge.ir.text import parse_problem
     from gemmforge.policy.dataset import _text
-    from gemmforge.policy.llm import parse_reply
+    from gemmforge.policy.replies import parse_reply
     inner = make_replay_reward_fn(model)
 
     def reward_fn(completions, problem, arch, **kw):
