@@ -129,7 +129,8 @@ def grpo_config(output: Path, settings: TrainSettings):
         logging_steps=1, save_steps=settings.save_steps, save_total_limit=2,
         report_to="none", use_cpu=True, bf16=False, seed=settings.seed,
         remove_unused_columns=False, dataloader_num_workers=0,
-        model_init_kwargs={"dtype": "float32"})  # bf16 matmuls are ~4x slower on these CPUs
+        model_init_kwargs={"dtype": "float32"},  # bf16 matmuls are ~4x slower on these CPUs
+        gradient_checkpointing=False)  # TRL's default turns off the KV cache in generation
 
 
 def lora_config(settings: TrainSettings):

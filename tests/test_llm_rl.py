@@ -192,3 +192,34 @@ def test_a_prompt_config_can_offer_fewer_backends():
     assert schema["properties"]["program"]["properties"]["backend"] == {"const": "cuda_wgmma"}
     policy = from_cli(url="http://127.0.0.1:9/v1", model="m", backends=["cuda_wgmma"])
     assert policy.config.backends == ("cuda_wgmma",)
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llm_rl.py"
+    spec = importlib.util.spec_from_file_location("llm_rl_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_path):
+    bench = _bench()
+    model = _model()
+    a, b = parse(WGMMA), parse(WGMMA.replace("s4", "s3"))
+    row = bench.shape_row("trained", PROBLEM, [a, None, a, b], model)
+    assert (row["legal"], row["distinct"]) == (3, 2)
+    assert row["best_ratio"] == pytest.approx(1.05) and row["tuned_ratio"] == pytest.approx(1.05)
+    assert row["best_estimated"] is False
+    none = bench.shape_row("base", PROBLEM, [None] * 4, model)
+    assert none["best_ratio"] == pytest.approx(math.exp(-5))
+    stage = bench.stage_row("trained", [row, none], 4, 10.0)
+    assert stage["legal_fraction"] == 3 / 8 and stage["distinct_fraction"] == 2 / 8
+    assert stage["best_of_8_ratio"] == pytest.approx(math.sqrt(1.05 * math.exp(-5)))
+    assert stage["within_5pct_of_tuned"] == 0.5
+    path = tmp_path / "llm_rl.csv"
+    bench.write_csv(path, bench.STAGE_FIELDS, [stage])
+    again = dict(stage, stage="random")
+    rows = bench.merged(path, [again], {"random"})
+    assert [r["stage"] for r in rows] == ["trained", "random"]

@@ -1,0 +1,192 @@
+"""Evaluate the LLM policy before and after GRPO, and random legal sampling, on held-out shapes.
+
+    python benchmarks/llm_rl.py --model .venv/models/smollm2-135m --run runs/llm-rl \\
+        [--shapes 30] [--samples 8] [--stages base,trained,random]
+
+For each of the held-out grid shapes of search.llm_tasks.split_shapes (never in training:
+not prompted, not in the training reward model), one contrastive prompt (the same for
+every stage), `--samples` completions per stage, each parsed and verified
+(policy.llm.parse_reply) and scored by the replay reward with every measurement (the
+held-out shapes' own included: replayed where the GPU measured the program, estimated
+otherwise). `random` draws `--samples` legal programs from ir.space (sm_90a) instead.
+
+Writes, under --out (default benchmarks/results; a stage evaluated again replaces its rows,
+the other stages' rows stay):
+  llm_rl.csv          one row per stage: legal_fraction, distinct_fraction (distinct legal
+                      programs / completions), best_of_8_ratio (geomean over shapes of the
+                      best replayed cuBLAS/kernel ratio of the samples; no legal sample
+                      counts as e^-5), within_5pct_of_tuned (shapes whose best is >= 0.95 x
+                      the best measured program), estimated_fraction, seconds_per_shape
+  llm_rl_shapes.csv   one row per (stage, shape)
+  llm_rl_curve.png    mean reward and legal fraction against training step (RUN/steps.csv)
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+from gemmforge.ir.program import Arch
+from gemmforge.ir.space import Space
+from gemmforge.policy.llm import parse_reply
+from gemmforge.policy.prompts import Prompt
+from gemmforge.search.env import WORST_REWARD
+from gemmforge.search.llm_tasks import ARCH, make_tasks, split_shapes
+from gemmforge.search.replay_reward import ReplayReward, is_estimated
+
+STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
+                "within_5pct_of_tuned", "estimated_fraction", "shapes", "completions",
+                "seconds_per_shape", "adapter")
+SHAPE_FIELDS = ("stage", "problem", "legal", "distinct", "best_ratio", "tuned_ratio",
+                "best_program", "best_estimated")
+EVAL_SEED = 1234
+
+
+def _prompt(row: dict) -> Prompt:
+    system, user = (m["content"] for m in row["prompt"])
+    return Prompt(system, user)
+
+
+def llm_programs(sampler, row: dict, problem, samples: int, max_tokens: int) -> list:
+    """The programs of `samples` completions (None where a reply gave no legal one)."""
+    texts = sampler.sample(_prompt(row), {}, samples, temperature=1.0,
+                           max_tokens=max_tokens, seed=EVAL_SEED)
+    return [parse_reply(t, problem, ARCH).program for t in texts]
+
+
+def random_programs(problem, samples: int, rng: random.Random) -> list:
+    space = Space.build([ARCH])
+    return [space.sample_legal(problem, rng) for _ in range(samples)]
+
+
+def shape_row(stage: str, problem, programs: list, model: ReplayReward) -> dict:
+    """Legal and distinct counts and the best replayed ratio of one shape's samples."""
+    legal = [p for p in programs if p is not None]
+    results = model.evaluate(legal, problem) if legal else []
+    best = max(results, key=lambda r: r.speedup or 0.0, default=None)
+    ok = best is not None and best.ok
+    tuned = model.best(problem)
+    return {"stage": stage, "problem": str(problem), "legal": len(legal),
+            "distinct": len(set(legal)),
+            "best_ratio": best.speedup if ok else math.exp(WORST_REWARD),
+            "tuned_ratio": tuned.speedup if tuned else "",
+            "best_program": best.program if ok else "",
+            "best_estimated": is_estimated(best) if ok else ""}
+
+
+def stage_row(stage: str, rows: list[dict], samples: int, seconds: float,
+              adapter: str = "") -> dict:
+    n = len(rows)
+    total = n * samples
+    within = sum(1 for r in rows if r["tuned_ratio"] and r["best_ratio"] >= 0.95 * r["tuned_ratio"])
+    return {"stage": stage, "legal_fraction": sum(r["legal"] for r in rows) / total,
+            "distinct_fraction": sum(r["distinct"] for r in rows) / total,
+            "best_of_8_ratio": math.exp(sum(math.log(r["best_ratio"]) for r in rows) / n),
+            "within_5pct_of_tuned": within / n,
+            "estimated_fraction": sum(1 for r in rows if r["best_estimated"] is True) / n,
+            "shapes": n, "completions": total, "seconds_per_shape": round(seconds / n, 1),
+            "adapter": adapter}
+
+
+def _sampler(stage: str, args):
+    from gemmforge.policy.samplers import TransformersSampler
+    adapter = Path(args.run) / "adapter" if stage == "trained" else None
+    return TransformersSampler(args.model, adapter=adapter)
+
+
+def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> tuple:
+    """(stage row, shape rows) for one stage."""
+    from gemmforge.ir.text import parse_problem
+    from gemmforge.policy.samplers import adapter_id
+    sampler = None if stage == "random" else _sampler(stage, args)
+    rng = random.Random(EVAL_SEED)
+    rows, start = [], time.perf_counter()
+    for task in tasks:
+        problem = parse_problem(task["problem"])
+        if sampler is None:
+            programs = random_programs(problem, args.samples, rng)
+        else:
+            programs = llm_programs(sampler, task, problem, args.samples, args.max_tokens)
+        rows.append(shape_row(stage, problem, programs, model))
+        print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, best "
+              f"{rows[-1]['best_ratio']:.3f}", flush=True)
+    adapter = adapter_id(sampler.adapter) if sampler is not None and sampler.adapter else ""
+    return stage_row(stage, rows, args.samples, time.perf_counter() - start, adapter), rows
+
+
+def plot_curve(steps_csv: Path, png: Path) -> None:
+    """Mean reward and legal fraction against the training step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with steps_csv.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["reward_mean"]]
+    steps = [int(r["step"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [float(r["reward_mean"]) for r in rows], ".-", label="mean reward")
+    ax.set_xlabel("GRPO step (4 completions of one prompt each)")
+    ax.set_ylabel("mean replayed reward (log cuBLAS/kernel; -5 illegal)")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [float(r["legal_fraction"]) for r in rows], "g.--", alpha=0.6,
+             label="legal fraction")
+    ax2.set_ylabel("legal fraction")
+    ax2.set_ylim(0, 1)
+    ax.set_title("SmolLM2-135M + LoRA, GRPO on replayed H100 measurements")
+    fig.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def merged(path: Path, rows: list[dict], stages: set[str]) -> list[dict]:
+    """The file's rows of other stages, then `rows`: a stage run later replaces its own."""
+    if not path.exists():
+        return rows
+    with path.open() as f:
+        return [r for r in csv.DictReader(f) if r["stage"] not in stages] + rows
+
+
+def write_csv(path: Path, fields, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="Hugging Face model folder (the base)")
+    ap.add_argument("--run", required=True, help="gemmforge train-llm --output folder")
+    ap.add_argument("--shapes", type=int, default=30, help="held-out shapes to use (<= 30)")
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=192, help="as train-llm's default")
+    ap.add_argument("--stages", default="base,trained,random")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = ap.parse_args(argv)
+    full = ReplayReward()
+    split = split_shapes(full)
+    held = split.held_out[:: max(1, len(split.held_out) // args.shapes)][:args.shapes]
+    tasks = make_tasks(held, ReplayReward(exclude=split.held_out), seed=EVAL_SEED)
+    stages, shapes, done = [], [], set()
+    for stage in args.stages.split(","):
+        row, rows = evaluate_stage(stage, tasks, full, args)
+        stages.append(row)
+        shapes.extend(rows)
+        done.add(stage)
+        for name, fields, new in (("llm_rl.csv", STAGE_FIELDS, stages),
+                                  ("llm_rl_shapes.csv", SHAPE_FIELDS, shapes)):
+            write_csv(args.out / name, fields, merged(args.out / name, list(new), done))
+    steps = Path(args.run) / "steps.csv"
+    if steps.exists():
+        plot_curve(steps, args.out / "llm_rl_curve.png")
+    for row in stages:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
