@@ -3,11 +3,11 @@
     from gemmforge.search.replay_reward import ReplayReward
     model = ReplayReward()                          # search/data/measured_gpu.csv.gz, H100 rows
     results = model.evaluate(programs, problem)     # Results, in order, like search.env.evaluate
-    rewards = model.score(programs, problem)        # search.env.reward of each
+    rewards = model.score(programs, problem)        # policy.reward.reward of each
 
 Answers, per program:
   1. text that doesn't parse, or a program that fails ir.verify for the problem: an
-     `invalid` Result with the reason (so the reward is search.env.WORST_REWARD);
+     `invalid` Result with the reason (so the reward is policy.reward.WORST_REWARD);
   2. a (program, problem) the GPU measured: the median of its recorded measurements
      (scripts/build_replay_data.py merged every CSV that benchmarks/results ever held),
      flagged REPLAYED_FLAG;
@@ -22,9 +22,9 @@ Answers, per program:
      scored as well as the measured one it resembles, so a policy gains nothing by
      wandering away from what was measured.
 
-The reward is search.env.reward of the Result: log(cuBLAS time / kernel time). Replayed
-times are kernel times from short windows on one GPU, not a live measurement: a final
-evaluation measures the proposals on the GPU (search.env.evaluate).
+The reward is policy.reward.reward of the Result (what search.env scores with): log(cuBLAS
+time / kernel time). Replayed times are kernel times from short windows on one GPU, not a
+live measurement: a final evaluation measures the proposals on the GPU (search.env.evaluate).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ import numpy as np
 
 from gemmforge.ir.program import Problem, Program
 from gemmforge.ir.space import KNOBS, knob_value
-from gemmforge.search.env import reward
+from gemmforge.policy.reward import reward
 from gemmforge.search.records import MeasureRequest, Result
 
 DATA_FILE = Path(__file__).with_name("data") / "measured_gpu.csv.gz"
@@ -194,7 +194,7 @@ class ReplayReward:
         return [self.result(p, problem) for p in programs]
 
     def score(self, programs: Sequence, problem: Problem) -> list[float]:
-        """search.env.reward of each program's Result."""
+        """policy.reward.reward of each program's Result."""
         return [reward(r) for r in self.evaluate(programs, problem)]
 
 
