@@ -167,5 +167,6 @@ def test_require_names_the_extra(monkeypatch):
 def test_every_subcommand_comes_from_the_table(capsys):
     from gemmforge.cli import COMMANDS, build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy"}
-    assert len(COMMANDS) == 4
+    assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy",
+                                "train-llm"}
+    assert len(COMMANDS) == 5
