@@ -16,6 +16,24 @@ def _optional_path(name: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+class KnobError(ValueError):
+    """An environment setting holds a value of the wrong kind; the message names it."""
+
+
+def _number(name: str, default: str, kind: type, least: float, strict: bool = False):
+    """$name as `kind` (int or float), >= `least` (> when `strict`); KnobError naming it
+    otherwise."""
+    text = os.environ.get(name, "").strip() or default
+    try:
+        value = kind(text)
+    except ValueError:
+        raise KnobError(f"{name}: {text!r} is not {'an integer' if kind is int else 'a number'}"
+                        ) from None
+    if not (value > least if strict else value >= least):  # also refuses nan
+        raise KnobError(f"{name}: {text} must be {'>' if strict else '>='} {least:g}")
+    return value
+
+
 def _default_cache() -> Path:
     try:
         import platformdirs
@@ -39,13 +57,14 @@ class Knobs:
 
 
 def knobs() -> Knobs:
-    """Read the environment now (tests change it, so this is not cached)."""
+    """Read the environment now (tests change it, so this is not cached); KnobError if a
+    numeric setting is not a number or out of range."""
     return Knobs(
         cache_dir=_path("GEMMFORGE_CACHE_DIR", _default_cache() / "artifacts"),
         dump_dir=_optional_path("GEMMFORGE_DUMP"),
         nvcc=os.environ.get("GEMMFORGE_NVCC", "nvcc"),
-        build_timeout_s=float(os.environ.get("GEMMFORGE_BUILD_TIMEOUT", "900")),
-        nvcc_threads=int(os.environ.get("GEMMFORGE_NVCC_THREADS", "1")),
+        build_timeout_s=_number("GEMMFORGE_BUILD_TIMEOUT", "900", float, 0, strict=True),
+        nvcc_threads=_number("GEMMFORGE_NVCC_THREADS", "1", int, 0),
         triton_direct_launch=os.environ.get("GEMMFORGE_TRITON_DIRECT_LAUNCH", "1") != "0",
         triton_raw_launch=os.environ.get("GEMMFORGE_TRITON_RAW_LAUNCH", "1") != "0",
         triton_descriptor_cache=os.environ.get("GEMMFORGE_TRITON_DESCRIPTOR_CACHE", "0") == "1",

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,9 @@ from gemmforge.policy.samplers import (
 )
 
 ANALYSIS_MAX_CHARS = 400  # ~100 words; bounds the tokens spent before the program
+STALL_NOTICE_S = 30.0  # a sampler call this slow is announced (it may be a dead server)
+ALL_FAILED_AFTER = 8  # proposals, every one failed: warn that the LLM contributes nothing
+REASON_CHARS = 240  # of a failure reason, in the notices and report()
 SEED_STRIDE = 1 << 16  # more samples than one request ever asks for
 
 
@@ -87,6 +92,15 @@ def reply_schema(problem: Problem, arch: Arch, only: tuple[str, ...] = ()) -> di
     }
 
 
+def reason_class(reason: str) -> str:
+    """A failure reason's class, its first word: sampler, reply, schema, arch, verify."""
+    return reason.split(":", 1)[0].strip() or "unknown"
+
+
+def _say(line: str) -> None:
+    print(f"gemmforge: llm: {line}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class _Origin:
     """Where a proposed program came from, kept until it is observed."""
@@ -108,6 +122,11 @@ class LLMPolicy:
     `adapter`: a PEFT LoRA folder (gemmforge train-llm) the sampler applies; its id
     (samplers.adapter_id) goes into every dataset row and into the lineage's `source`
     ("llm:<id>") of the programs it proposed.
+
+    Failures are counted by reason class (`failures`: class -> [count, first reason]);
+    `say(line)` (default: stderr) hears the first failure of each class, a sampler call
+    slower than STALL_NOTICE_S, and a warning once the first ALL_FAILED_AFTER proposals
+    have all failed.
     """
 
     name = "llm"
@@ -118,7 +137,7 @@ class LLMPolicy:
                  config: PromptConfig = PromptConfig(), temperature: float = 0.8,
                  max_tokens: int = 768, oversample: int = 2, rounds: int = 2,
                  max_n: int = 8, seed: int | None = None,
-                 adapter: str | Path | None = None, **sampler_opts):
+                 adapter: str | Path | None = None, say=_say, **sampler_opts):
         self.sampler = sampler or make_sampler(model, url, adapter=adapter, **sampler_opts)
         self.model_name = str(model or url or type(self.sampler).__name__)
         self.adapter = None if adapter is None else adapter_id(adapter)
@@ -132,6 +151,8 @@ class LLMPolicy:
         self.sample_seconds = 0.0
         self._origins: dict[tuple[str, Program], _Origin] = {}
         self._requests = 0
+        self.failures: dict[str, list] = {}
+        self.say, self._warned = say, False
 
     def _sample(self, prompt: Prompt, schema: dict, k: int) -> list[str] | str:
         """k completions, or the sampler's failure reason as a string."""
@@ -139,12 +160,21 @@ class LLMPolicy:
         seed = None if self.seed is None else self.seed + SEED_STRIDE * self._requests
         self._requests += 1
         start = time.perf_counter()
+        limit = getattr(self.sampler, "timeout_s", None)
+        notice = threading.Timer(STALL_NOTICE_S, self.say, [
+            f"no reply from the sampler after {STALL_NOTICE_S:g} s" +
+            (f" (it gives up at {limit:.0f} s: --llm-timeout)" if limit else "")])
+        notice.daemon = True
+        notice.start()
         try:
             return self.sampler.sample(prompt, schema, k, temperature=self.temperature,
                                        max_tokens=self.max_tokens, seed=seed)
         except SamplerError as e:
             return f"sampler: {e}"
+        except Exception as e:  # a sampler's own bug must not end the search either
+            return f"sampler: {type(e).__name__}: {e}"
         finally:
+            notice.cancel()
             self.sample_seconds += time.perf_counter() - start
 
     def _measured(self, problem: Problem) -> set[Program]:
@@ -177,7 +207,16 @@ class LLMPolicy:
                            skip)
             if len(out) >= n:
                 break
+        self._warn_if_all_failed()
         return out[:n]
+
+    def _warn_if_all_failed(self) -> None:
+        if self._warned or len(self.proposals) < ALL_FAILED_AFTER or \
+                any(p.ok for p in self.proposals):
+            return
+        self._warned = True
+        self.say(f"WARNING: the first {len(self.proposals)} LLM proposals all failed; "
+                 "tuning goes on with the optuna sampler alone")
 
     def _take(self, proposal: Proposal, prompt: Prompt, problem: Problem, arch: Arch,
               out: list[Program], seen: list[Program], skip: set[Program]) -> None:
@@ -196,6 +235,12 @@ class LLMPolicy:
 
     def _fail(self, proposal: Proposal, prompt: Prompt, problem: Problem, arch: Arch) -> None:
         self.proposals.append(proposal)
+        kind = reason_class(proposal.reason)
+        if kind not in self.failures:
+            self.failures[kind] = [0, proposal.reason[:REASON_CHARS]]
+            self.say(f"a proposal failed ({proposal.reason[:REASON_CHARS]}); later '{kind}' "
+                     "failures are counted in the summary")
+        self.failures[kind][0] += 1
         if self.dataset is not None and proposal.raw_text:
             self.dataset.append(make_row(prompt, proposal.raw_text, None, FAILED_REWARD,
                                          problem, arch, self.model_name, proposal.reason,
@@ -213,6 +258,12 @@ class LLMPolicy:
             self.dataset.append(make_row(origin.prompt, origin.proposal.raw_text, program,
                                          reward, problem, origin.arch, self.model_name,
                                          adapter=self.adapter))
+
+    def report(self) -> dict:
+        """Plain counts for a run's summary: proposals, legal ones, and failures by reason
+        class ({class: [count, first reason]})."""
+        return {"proposals": len(self.proposals), "legal": sum(p.ok for p in self.proposals),
+                "failures": {k: list(v) for k, v in self.failures.items()}}
 
     def stats(self) -> dict:
         """Counts over every proposal so far: legal fraction, distinct legal programs,
@@ -248,7 +299,8 @@ def from_cli(url: str | None = None, model: str | None = None, *,
              dataset: str | None = None, lineage: str | Path | None = None,
              temperature: float = 0.8, seed: int | None = None,
              adapter: str | None = None, engine: str = "vllm",
-             backends=None) -> LLMPolicy:
+             backends=None, timeout_s: float | None = None,
+             endpoint: str = "chat") -> LLMPolicy:
     """The policy `gemmforge tune --policy llm --llm-url URL --llm-model DIR` runs.
 
     `url`: an OpenAI-compatible server (`model`, if given, is the served model's name);
@@ -259,8 +311,12 @@ def from_cli(url: str | None = None, model: str | None = None, *,
     name: `vllm serve BASE --enable-lora --lora-modules NAME=PATH`). `engine`: "vllm" or
     "transformers" for a local model directory. `backends`: names the prompt and the
     reply schema offer (None: every usable backend).
+    With `url`: `timeout_s` per request (default samplers.DEFAULT_TIMEOUT_S) and
+    `endpoint` ("chat" or "completions").
     """
     graph = Lineage.load(lineage) if lineage and Path(lineage).exists() else None
+    server = {"api": endpoint, **({"timeout_s": timeout_s} if timeout_s else {})} if url else {}
     return LLMPolicy(model=model, url=url, dataset=dataset, lineage=graph,
                      config=PromptConfig(backends=tuple(backends or ())),
-                     temperature=temperature, seed=seed, adapter=adapter, engine=engine)
+                     temperature=temperature, seed=seed, adapter=adapter, engine=engine,
+                     **server)

@@ -39,6 +39,8 @@ def _loads(text: str):
 
 def parse_reply(text: str, problem: Problem, arch: Arch) -> Proposal:
     """Turn one completion into a Proposal: a verified Program, or None and the reason."""
+    if not isinstance(text, str) or not text.strip():
+        return Proposal(None, "reply: empty completion", str(text or ""))
     try:
         obj = _loads(text)
     except (json.JSONDecodeError, TypeError) as e:

@@ -123,17 +123,25 @@ class OpenAISampler:
                                  max_tokens=max_tokens, seed=seed)
         self.last_request = body
         path = "/chat/completions" if self.api == "chat" else "/completions"
-        choices = self._call(path, body).get("choices")
-        if not isinstance(choices, list):
-            raise SamplerError(f"{self.base}{path}: reply has no 'choices' list")
+        reply = self._call(path, body)
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise SamplerError(f"{self.base}{path}: reply has no 'choices' list "
+                               f"(got {type(reply).__name__})")
         return [_choice_text(c) for c in choices]
 
 
-def _choice_text(choice: dict) -> str:
-    """The text of one choice from either endpoint (chat: message.content; else text)."""
-    if "message" in choice:
-        return (choice["message"] or {}).get("content") or ""
-    return choice.get("text") or ""
+def _choice_text(choice) -> str:
+    """The text of one choice from either endpoint (chat: message.content, as a string or
+    a list of text parts; completions: text). A choice of another shape comes back as its
+    JSON, which policy.llm then rejects with the reason."""
+    if not isinstance(choice, dict):
+        return choice if isinstance(choice, str) else json.dumps(choice)
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else choice.get("text")
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        content = "".join(x.get("text", "") for x in content if isinstance(x, dict))
+    return content if isinstance(content, str) else ""
 
 
 class VLLMSampler:

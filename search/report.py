@@ -37,10 +37,15 @@ _FLOATS = (*_TIMES, "rel_err", "spread", "cublas_spread", "paired_speedup", "bui
 FLAG_SEPARATOR = " | "
 
 
-def _path(name: str, root: Path | None, suffix: str) -> Path:
+def check_name(name: str) -> str:
+    """`name` if it can name a result file (letters, digits, '_', '.', '-'), else ValueError."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '.', '-'")
-    return Path(root or Path.cwd()) / f"{name}{suffix}"
+    return name
+
+
+def _path(name: str, root: Path | None, suffix: str) -> Path:
+    return Path(root or Path.cwd()) / f"{check_name(name)}{suffix}"
 
 
 def _cell(value) -> str:

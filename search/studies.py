@@ -11,6 +11,8 @@ Open the default storage in a browser with optuna-dashboard:
 from __future__ import annotations
 
 import copy
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -73,22 +75,84 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, grace_s: int = 1
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return _HeartbeatStorage(
                     url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
-                    grace_period=grace_s, heartbeat_stale_trial_callback=(
-                        optuna.storages.RetryHeartbeatStaleTrialCallback(2)))
+                    grace_period=grace_s, heartbeat_stale_trial_callback=_retry(2))
         except sqlalchemy.exc.DBAPIError:
             if attempt == 4:
                 raise
             time.sleep(0.2 * (attempt + 1))
 
 
+OWNER_ATTR = "owner"  # user attr of a trial being measured: "host:pid:start" of its process
+TUNER_PREFIX = "tuner:"  # study user attr "tuner:<owner tag>": a process that tuned the study
+
+
+def _start_ticks(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot, Linux), "" where unknown: with
+    the pid it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_tag() -> str:
+    """This process as a trial's owner: "host:pid:start"."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_ticks(os.getpid())}"
+
+
+def owner_gone(tag: str) -> bool:
+    """True when `tag` (owner_tag's form) names a process of this host that has ended;
+    False when it lives or runs elsewhere (there only heartbeats tell)."""
+    host, _, rest = (tag or "").partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return bool(start) and _start_ticks(int(pid)) not in ("", start)
+
+
+RETRY_KEEPS = ("source", "program")  # user attrs a stale trial's retry inherits
+
+
+def _retry(max_retry: int):
+    """optuna's RetryHeartbeatStaleTrialCallback, its retry inheriting only RETRY_KEEPS of
+    the stale trial's user attrs: not its owner, reason or half-written result, which
+    would make the queued retry look claimed, failed or measured."""
+    import optuna
+
+    class Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
+        def __call__(self, study, trial) -> None:
+            keep = {k: v for k, v in trial.user_attrs.items() if k in RETRY_KEEPS}
+            super().__call__(study, _with_user_attrs(trial, keep))
+
+    return Retry(max_retry)
+
+
+def _with_user_attrs(trial, user_attrs: dict):
+    out = copy.deepcopy(trial)
+    out.user_attrs = user_attrs
+    return out
+
+
 def _storage_class():
     import optuna
 
     class HeartbeatStorage(optuna.storages.RDBStorage):
-        """RDBStorage that also counts as stale a RUNNING trial that never sent a heartbeat
-        and started more than the grace period ago: a process killed between `ask` and its
-        first heartbeat leaves such a trial, which optuna alone would keep RUNNING forever.
-        (A live tuner records the first heartbeat right after `ask`.)"""
+        """RDBStorage that also counts as stale, at once, a RUNNING trial whose owner (user
+        attr OWNER_ATTR) is a process of this host that has ended (a rerun after kill -9
+        re-queues its trials without waiting out the grace period), or that has no owner
+        yet (killed between `ask` and its claim) while no other tuner of the study (study
+        user attrs TUNER_PREFIX + owner tag) lives; and a RUNNING trial
+        that never sent a heartbeat and started more than the grace period ago: a process
+        killed between `ask` and its first heartbeat leaves such a trial, which optuna
+        alone would keep RUNNING forever. (A live tuner records the first heartbeat right
+        after `ask`.)"""
 
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             from datetime import datetime, timedelta
@@ -102,12 +166,34 @@ def _storage_class():
             finally:
                 session.close()
             now = datetime.now()
+            alone = not self._other_live_tuners(study_id)
             for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
                 tid = t._trial_id
-                if (tid not in stale and tid not in beating and t.datetime_start is not None
+                if tid in stale:
+                    continue
+                owner = t.user_attrs.get(OWNER_ATTR, "")
+                if owner_gone(owner) or (alone and not owner):
+                    self._mark_orphan(tid, owner or "asked, never claimed")
+                    stale.append(tid)
+                elif (tid not in beating and t.datetime_start is not None
                         and now - t.datetime_start > grace):
                     stale.append(tid)
             return stale
+
+        def _other_live_tuners(self, study_id: int) -> bool:
+            """Whether a process other than this one, alive or on another host, has
+            registered as a tuner of the study (search.tuner registers each run)."""
+            me = owner_tag()
+            return any(key.startswith(TUNER_PREFIX) and key[len(TUNER_PREFIX):] != me and
+                       not owner_gone(key[len(TUNER_PREFIX):])
+                       for key in self.get_study_user_attrs(study_id))
+
+        def _mark_orphan(self, trial_id: int, owner: str) -> None:
+            try:
+                self.set_trial_user_attr(trial_id, "reason",
+                                         f"orphaned: its process ({owner}) is gone; re-enqueued")
+            except Exception:  # another tuner failed it first
+                pass
 
     return HeartbeatStorage
 

@@ -5,8 +5,12 @@
 
 Worker i starts at the i-th share of the problems and helps with the others once its own
 are done; one worker runs in this process, more run as spawned processes reporting on a
-queue. Each returns per problem the outcome as a dict; `summary_table` and `timing_line`
-print them.
+queue. run_worker returns {"outcomes": one dict per problem, "interrupted": signum or
+None, "policy": the policy's report() or None}; run_workers merges the workers' outcomes
+per problem (the study totals of the worker that saw most, this run's counts summed) and
+fills a search.tune_summary.RunReport, which prints them. Ctrl-C or SIGTERM stops every
+worker before its next batch (search.interrupts): the trials in flight are failed with the
+reason and queued again, and the outcomes say what finished.
 """
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from pathlib import Path
 
 from gemmforge.ir.program import Problem
 from gemmforge.policy.registry import make_policy
+from gemmforge.search.tune_summary import summary_table, timing_line  # noqa: F401 (their home)
+
+WORKER_STOP_WAIT_S = 60  # how long an interrupted run waits for spawned workers to report
 
 
 def make_runner(job: dict, index: int):
@@ -32,37 +39,52 @@ def make_runner(job: dict, index: int):
     return HarnessRunner(index, builders=job.get("builders"), settings=settings)
 
 
-def run_worker(job: dict, index: int, events=None) -> list[dict]:
-    """One worker: tune every problem of `job` (starting at a different one per worker) on
-    its runner; report progress to `events` (a queue, or a callable); return the outcomes
-    as dicts. Top level so a spawned process can run it."""
+def _tuner(job: dict, index: int, runner, events, stop):
+    """Worker `index`'s Tuner and policy for `job`."""
     from gemmforge.search.database import TunedDatabase
     from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+    settings = TuneSettings(
+        budget=Budget(job["budget"], job.get("seconds")), batch=job.get("batch", 8),
+        backends=tuple(job["backends"]) if job.get("backends") else None,
+        seed=None if job.get("seed") is None else job["seed"] + index,
+        heartbeat_s=job.get("heartbeat_s", 30), grace_s=job.get("grace_s", 120),
+        command=job.get("command", ""), confirm=job.get("confirm", 3))
+    policy = make_policy(job.get("policy", "heuristic"), runner.archs, settings.backends,
+                         job.get("checkpoint"), job.get("seed") or 0, job.get("llm"))
+    report = (lambda e: events.put({**e, "problem": str(e["problem"])})) \
+        if hasattr(events, "put") else events
+    storage = job.get("storage")
+    database = None if storage == ":memory:" else TunedDatabase(storage)
+    tuner = Tuner(runner, policy, storage, settings, database, on_result=report,
+                  worker=str(index), stop=stop)
+    return tuner, policy
+
+
+def run_worker(job: dict, index: int, events=None) -> dict:
+    """One worker: tune every problem of `job` (starting at a different one per worker) on
+    its runner; report progress to `events` (a queue, or a callable). Returns
+    {"outcomes": one dict per problem, "interrupted": the signal that stopped it or None,
+    "policy": the policy's report() or None}. Top level so a spawned process can run it."""
+    from gemmforge.search.interrupts import Interrupted, stop_on_signals
     problems = [Problem(*p) for p in job["problems"]]
     runner = make_runner(job, index)
+    interrupted = None
     try:
-        settings = TuneSettings(
-            budget=Budget(job["budget"], job.get("seconds")), batch=job.get("batch", 8),
-            backends=tuple(job["backends"]) if job.get("backends") else None,
-            seed=None if job.get("seed") is None else job["seed"] + index,
-            heartbeat_s=job.get("heartbeat_s", 30), grace_s=job.get("grace_s", 120),
-            command=job.get("command", ""), confirm=job.get("confirm", 3))
-        policy = make_policy(job.get("policy", "heuristic"), runner.archs,
-                             settings.backends, job.get("checkpoint"), job.get("seed") or 0,
-                             job.get("llm"))
-        report = (lambda e: events.put({**e, "problem": str(e["problem"])})) \
-            if hasattr(events, "put") else events
-        storage = job.get("storage")
-        database = None if storage == ":memory:" else TunedDatabase(storage)
-        tuner = Tuner(runner, policy, storage, settings, database, on_result=report,
-                      worker=str(index))
-        start = index * len(problems) // max(1, job.get("workers", 1))
-        order = problems[start:] + problems[:start]
-        outcomes = tuner.tune_all(order, job.get("concurrent", 1))
-        _keep_learning(policy, job, index)
-        return [_outcome_dict(o, runner.device) for o in outcomes]
+        with stop_on_signals() as stop:
+            tuner, policy = _tuner(job, index, runner, events, stop)
+            start = index * len(problems) // max(1, job.get("workers", 1))
+            try:
+                outcomes = tuner.tune_all(problems[start:] + problems[:start],
+                                          job.get("concurrent", 1))
+            except Interrupted as e:
+                interrupted = e.signum
+                outcomes = [tuner.progress(p) for p in problems]
+            _keep_learning(policy, job, index)
     finally:
         runner.close()
+    return {"outcomes": [_outcome_dict(o, runner.device) for o in outcomes],
+            "interrupted": interrupted,
+            "policy": policy.report() if hasattr(policy, "report") else None}
 
 
 def _keep_learning(policy, job: dict, index: int) -> None:
@@ -76,16 +98,19 @@ def _keep_learning(policy, job: dict, index: int) -> None:
 def _outcome_dict(o, device: str) -> dict:
     return {"problem": str(o.problem), "study": o.study, "measured": o.measured,
             "device": device, "source": o.source, "timing": o.timing,
-            "confirmed": o.confirmed,
+            "confirmed": o.confirmed, "run_measured": o.run_measured, "requeued": o.requeued,
             "best": o.best.to_dict() if o.best else None}
 
 
-def run_workers(job: dict, progress: bool = True) -> list[dict]:
+def run_workers(job: dict, progress: bool = True, report=None) -> list[dict]:
     """Run job["workers"] workers (in this process when 1, else one spawned process each)
     with tqdm bars: one per worker (candidates it measured) and the total. Returns, per
-    problem, the outcome with the most measured candidates."""
+    problem, the outcome with the most measured candidates (run_measured summed over the
+    workers); `report` (search.tune_summary.RunReport) sees every event and worker report."""
     import multiprocessing as mp
     from tqdm import tqdm
+    from gemmforge.search.tune_summary import RunReport
+    report = report if report is not None else RunReport()
     n = job.get("workers", 1)
     total = tqdm(total=job["budget"] * len(job["problems"]), desc="all shapes",
                  disable=not progress, position=0)
@@ -93,6 +118,7 @@ def run_workers(job: dict, progress: bool = True) -> list[dict]:
                  bar_format="{desc}: {n} measured {postfix}") for i in range(n)]
 
     def show(event: dict) -> None:
+        report.see(event)
         total.update()
         bar = bars[int(event.get("worker") or 0)]
         bar.update()
@@ -101,18 +127,22 @@ def run_workers(job: dict, progress: bool = True) -> list[dict]:
                             str(event["problem"]))
     try:
         if n == 1:
-            return _merge([run_worker(job, 0, show)])
-        _prepare_storage(job.get("storage"))
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=_worker_process, args=(job, i, queue), daemon=True)
-                 for i in range(n)]
-        for p in procs:
-            p.start()
-        return _merge(_collect(queue, procs, show))
+            finished = [run_worker(job, 0, show)]
+        else:
+            _prepare_storage(job.get("storage"))
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            procs = [ctx.Process(target=_worker_process, args=(job, i, queue), daemon=True)
+                     for i in range(n)]
+            for p in procs:
+                p.start()
+            finished = _collect(queue, procs, show)
     finally:
         for bar in [*bars, total]:
             bar.close()
+    for worker in finished:
+        report.add_worker(worker)
+    return _merge([w["outcomes"] for w in finished])
 
 
 def _prepare_storage(url: str | None) -> None:
@@ -125,24 +155,58 @@ def _prepare_storage(url: str | None) -> None:
 
 
 def _worker_process(job: dict, index: int, queue) -> None:
-    """A spawned worker: run it, then send ("done", outcomes) or ("error", traceback)."""
+    """A spawned worker: run it, then send {"done": index, **its report} or, if it
+    failed, {"done": index, "error": the traceback}."""
+    import signal
     import traceback
     try:
-        queue.put({"done": index, "outcomes": run_worker(job, index, queue)})
+        queue.put({"done": index, **run_worker(job, index, queue)})
+    except KeyboardInterrupt as e:  # stopped before its tuner could stop cleanly
+        queue.put({"done": index, "outcomes": [],
+                   "interrupted": getattr(e, "signum", signal.SIGINT)})
     except BaseException:
         queue.put({"done": index, "error": traceback.format_exc()})
 
 
-def _collect(queue, procs, show) -> list[list[dict]]:
-    """Show progress events until every worker has reported; raise if one failed or died."""
-    import queue as queue_module
+def _collect(queue, procs, show) -> list[dict]:
+    """Show progress events until every worker has reported; raise if one failed or died.
+    Ctrl-C or SIGTERM here is passed on to the workers, which stop and report what they
+    finished (those silent after WORKER_STOP_WAIT_S are killed)."""
+    import os
+    import time
+    from gemmforge.search.interrupts import Interrupted, stop_on_signals
     done: dict[int, dict] = {}
-    while len(done) < len(procs):
+    with stop_on_signals():
+        try:
+            _drain(queue, procs, show, done, deadline=None)
+        except Interrupted as e:
+            for i, p in enumerate(procs):
+                if i not in done and p.is_alive():
+                    os.kill(p.pid, e.signum)
+            _drain(queue, procs, show, done, deadline=time.monotonic() + WORKER_STOP_WAIT_S)
+            for i, p in enumerate(procs):
+                done.setdefault(i, {"done": i, "outcomes": [], "interrupted": e.signum})
+                if p.is_alive():
+                    p.kill()
+    for p in procs:
+        p.join()
+    errors = [e["error"] for e in done.values() if "error" in e]
+    if errors:
+        raise RuntimeError("a tune worker failed: " + errors[0].strip().splitlines()[-1])
+    return [done[i] for i in sorted(done)]
+
+
+def _drain(queue, procs, show, done: dict, deadline: float | None) -> None:
+    import queue as queue_module
+    import time
+    while len(done) < len(procs) and (deadline is None or time.monotonic() < deadline):
         try:
             event = queue.get(timeout=0.5)
         except queue_module.Empty:
             dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in done]
             if dead and queue.empty():
+                if deadline is not None:
+                    return
                 raise RuntimeError(f"tune worker(s) {dead} died (exit codes "
                                    f"{[procs[i].exitcode for i in dead]})")
             continue
@@ -150,52 +214,19 @@ def _collect(queue, procs, show) -> list[list[dict]]:
             done[event["done"]] = event
         else:
             show(event)
-    for p in procs:
-        p.join()
-    errors = [e["error"] for e in done.values() if "error" in e]
-    if errors:
-        raise RuntimeError("a tune worker failed:\n" + errors[0])
-    return [done[i]["outcomes"] for i in sorted(done)]
 
 
 def _merge(per_worker: list[list[dict]]) -> list[dict]:
     best: dict[str, dict] = {}
+    run: dict[str, int] = {}
     for outcomes in per_worker:
         for o in outcomes:
+            run[o["problem"]] = run.get(o["problem"], 0) + o.get("run_measured", 0)
             if o["problem"] not in best or o["measured"] > best[o["problem"]]["measured"]:
                 best[o["problem"]] = o
-    return sorted(best.values(), key=lambda o: Problem(*_mnk(o["problem"])).flops)
+    merged = [{**o, "run_measured": run[o["problem"]]} for o in best.values()]
+    return sorted(merged, key=lambda o: Problem(*_mnk(o["problem"])).flops)
 
 
 def _mnk(problem_text: str) -> tuple[int, int, int]:
     return tuple(int(x) for x in problem_text.split()[0].split("x"))
-
-
-def timing_line(outcomes: list[dict]) -> str:
-    """Where this run's time went, summed over shapes (threads and workers overlap, so
-    the stages may add up to more than the wall time)."""
-    total: dict[str, float] = {}
-    for o in outcomes:
-        for stage, seconds in (o.get("timing") or {}).items():
-            total[stage] = total.get(stage, 0.0) + seconds
-    if not total:
-        return "time by stage: none recorded"
-    return ("time by stage, summed over shapes: " +
-            ", ".join(f"{stage} {total[stage]:.1f} s" for stage in
-                      ("ask", "evaluate", "tell") if stage in total) +
-            f"; inside evaluate, per candidate summed: builds {total.get('build', 0):.1f} s, "
-            f"GPU measurement {total.get('measure', 0):.1f} s")
-
-
-def summary_table(outcomes: list[dict]) -> str:
-    """A plain-text table: shape, measured candidates, best ratio over cuBLAS, source,
-    best program."""
-    rows = [("shape", "measured", "best x cuBLAS", "source", "program")]
-    for o in outcomes:
-        best = o["best"] or {}
-        ratio = (best.get("cublas_us") or 0) / best["kernel_us"] if best.get("kernel_us") else None
-        rows.append((o["problem"], str(o["measured"]), f"{ratio:.3f}" if ratio else "-",
-                     o["source"] or "-", best.get("program", "-")))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4]
-                     for r in rows)

@@ -63,7 +63,9 @@ class TuneSettings:
 class Outcome:
     """A problem's study after tuning: `measured` candidates, the best ok Result and the
     source (policy name, "sampler", "random", "database") of the best program; `confirmed`
-    when `best` comes from the confirmation (search.confirm), not the trials."""
+    when `best` comes from the confirmation (search.confirm), not the trials;
+    `run_measured` of the `measured` were measured by this run (its tuner); `requeued`
+    trials that a stopped run had left RUNNING were failed and queued again."""
 
     problem: Problem
     study: str
@@ -72,6 +74,8 @@ class Outcome:
     source: str = ""
     timing: dict = field(default_factory=dict)  # this run's seconds by stage (see tune())
     confirmed: bool = False
+    run_measured: int = 0
+    requeued: int = 0
 
     @property
     def best_ratio(self) -> float | None:

@@ -22,9 +22,11 @@ noisy readings reads high.
 Budgets count the whole study, every run and worker together: `trials` measured
 candidates, `seconds` of measurement (the sum of each trial's `cost_s`). State lives only
 in the storage, so an interrupted run resumes where it stopped: the trials a run was
-measuring when it raised are failed and re-enqueued at once; those of a killed process stop
-heartbeating and are failed and re-enqueued (optuna's RetryHeartbeatStaleTrialCallback) by
-the next tuner to open the study after `grace_s`. Storage: any SQLAlchemy URL (PostgreSQL to
+measuring when it raised (Ctrl-C and SIGTERM included, search.interrupts) are failed with
+the reason and re-enqueued at once; those of a killed process are failed and re-enqueued
+(optuna's RetryHeartbeatStaleTrialCallback) by the next tuner to open the study: at once
+where the trial's owner (user attr `owner`, host:pid) is a process of that host that has
+ended, else once its heartbeat is `grace_s` old. Storage: any SQLAlchemy URL (PostgreSQL to
 share studies across machines), SQLite in the user cache dir by default, ":memory:" for a
 throw-away study. Study name: "<device> | <problem>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32".
 """
@@ -43,8 +45,9 @@ from gemmforge.search.env import WORST_REWARD, reward
 from gemmforge.search.records import Result
 from gemmforge.search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
 from gemmforge.search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from gemmforge.search.studies import (fail_stale_trials, heartbeat, make_sampler, measured_trials,
-                             open_storage, study_name, trial_id)
+from gemmforge.search.studies import (OWNER_ATTR, TUNER_PREFIX, fail_stale_trials, heartbeat,
+                                     make_sampler, measured_trials, open_storage, owner_tag,
+                                     study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
 
@@ -76,18 +79,24 @@ class Tuner:
     tuners. `policy` (policy.base.Policy, or None for the sampler alone) proposes part of
     every batch and observes every result; `database` (search.database.TunedDatabase, or
     None) receives each new best; `on_result(event: dict)` is called after every measured
-    candidate (keys: problem, measured, budget, reward, best_ratio, source, worker)."""
+    candidate (keys: problem, measured, budget, reward, best_ratio, source, worker);
+    `stop` (search.interrupts.Stop) ends tuning before the next batch once set.
+    `run_measured`: study name -> candidates this tuner measured and told."""
 
     def __init__(self, runner: Runner, policy=None, storage: str | None = None,
                  settings: TuneSettings | None = None, database=None,
-                 on_result: Callable[[dict], None] | None = None, worker: str = ""):
+                 on_result: Callable[[dict], None] | None = None, worker: str = "",
+                 stop=None):
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.runner, self.database = runner, database
         self.policy = None if policy is None else _Serialized(policy)
         self.settings = settings or TuneSettings()
         self.storage = open_storage(storage, self.settings.heartbeat_s, self.settings.grace_s)
-        self.on_result, self.worker = on_result, worker
+        self.on_result, self.worker, self.stop = on_result, worker, stop
+        self.run_measured: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+        self._owner = owner_tag()
         self._rng = random.Random(self.settings.seed)
         self._observed: set[tuple[str, int]] = set()  # (study, trial number) seen by policy
 
@@ -121,20 +130,44 @@ class Tuner:
         "evaluate" (the runner: builds and measurements), "tell" (storing results), and
         the sums over its results of "build" (CPU) and "measure" (GPU) seconds."""
         study, space = self.study(problem), self.space(problem)
-        fail_stale_trials(study)
+        study.set_user_attr(TUNER_PREFIX + self._owner, True)  # before looking for orphans
+        requeued = self._fail_stale(study)
         self._observe_history(study, problem)
         timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
         while (room := self._room(study)) > 0:
+            if self.stop is not None:
+                self.stop.check()
             start = time.monotonic()
-            self._enqueue_proposals(study, space, problem, room)
-            self._enqueue_startup(study, space, problem, room)
-            batch = self._ask(study, space, problem, room)
+            with self._shield():  # a signal here would leave asked trials RUNNING
+                self._enqueue_proposals(study, space, problem, room)
+                self._enqueue_startup(study, space, problem, room)
+                batch = self._ask(study, space, problem, room)
             timing["ask"] += time.monotonic() - start
+            if self.stop is not None and self.stop.is_set():
+                self._requeue(study, batch, self.stop.reason)
+                self.stop.check()
             if not batch:
                 break
             self._measure(study, problem, batch, timing)
-        outcome = replace(self.outcome(study, problem), timing=timing)
+        outcome = replace(self.outcome(study, problem), timing=timing, requeued=requeued)
+        if self.stop is not None:
+            self.stop.check()
         return self._confirm(study, problem, outcome) if self.settings.confirm else outcome
+
+    def _shield(self):
+        from contextlib import nullcontext
+        return self.stop.shield() if self.stop is not None else nullcontext()
+
+    @staticmethod
+    def _fail_stale(study) -> int:
+        """Fail and re-enqueue the trials stopped runs left RUNNING; how many there were."""
+        from optuna.trial import TrialState
+        running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        if not running:
+            return 0
+        fail_stale_trials(study)
+        return sum(t.state == TrialState.FAIL and t.number in running
+                   for t in study.get_trials(deepcopy=False))
 
     def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
         from gemmforge.search.confirm import confirm, source_of
@@ -145,13 +178,25 @@ class Tuner:
         return outcome if best is None else replace(
             outcome, best=best, source=source_of(study, best.program), confirmed=True)
 
+    def progress(self, problem: Problem) -> Outcome:
+        """The problem's outcome as stored now, unconfirmed (what an interrupted run
+        reports); a study never created has measured nothing."""
+        import optuna
+        name = study_name(self.runner.device, problem)
+        try:
+            study = optuna.load_study(study_name=name, storage=self.storage)
+        except KeyError:
+            return Outcome(problem, name, 0, None)
+        return self.outcome(study, problem)
+
     def outcome(self, study, problem: Problem) -> Outcome:
         measured = measured_trials(study.get_trials(deepcopy=False))
         ok = [t for t in measured if t.user_attrs.get("status") == "ok"]
         best = max(ok, key=lambda t: t.value, default=None)
         result = Result.from_dict(best.user_attrs["result"]) if best else None
         return Outcome(problem, study.study_name, len(measured), result,
-                       best.user_attrs.get("source", "") if best else "")
+                       best.user_attrs.get("source", "") if best else "",
+                       run_measured=self.run_measured.get(study.study_name, 0))
 
     def _room(self, study) -> int:
         """How many candidates this worker may start now (0: the budget is spent)."""
@@ -214,6 +259,7 @@ class Tuner:
                 trial = study.ask()
             if hasattr(self.storage, "record_heartbeat"):  # so a killed run's asks go stale
                 self.storage.record_heartbeat(trial_id(trial))
+            trial.set_user_attr(OWNER_ATTR, self._owner)  # so a rerun here fails it at once
             program = space.suggest(trial)
             text, source = str(program), trial.user_attrs.get("source", "sampler")
             # mark it a candidate at once, before verify: other workers settle duplicates
@@ -249,7 +295,8 @@ class Tuner:
         # the next batch makes good; not counting it can overspend the budget for good
         earlier = [t for t in study.get_trials(deepcopy=False)
                    if t.number < trial.number and (t.state == TrialState.RUNNING or (
-                       t.user_attrs.get("candidate") and t.user_attrs.get("measured")))]
+                       t.state == TrialState.COMPLETE and t.user_attrs.get("candidate")
+                       and t.user_attrs.get("measured")))]
         same = [t for t in earlier if t.user_attrs.get("program") == text]
         if same:
             self._reject(study, trial, None, same[0].value)
@@ -301,6 +348,7 @@ class Tuner:
         interrupt included), the batch's untold trials are failed and re-enqueued."""
         trials = [t for t, _, _ in batch]
         told: set[int] = set()
+        reason = "interrupted"
         try:
             start = time.monotonic()
             with heartbeat(self.storage, trials, self.settings.heartbeat_s):
@@ -317,8 +365,13 @@ class Tuner:
             timing["tell"] += time.monotonic() - told_at
             timing["build"] += sum(r.build_s or 0.0 for r in results)
             timing["measure"] += sum(r.measure_s or 0.0 for r in results)
+        except BaseException as e:
+            reason = (self.stop.reason if self.stop is not None and self.stop.is_set() else
+                      str(e) if isinstance(e, KeyboardInterrupt) and str(e) else
+                      f"{type(e).__name__}: {str(e)[:MESSAGE_CHARS]}")
+            raise
         finally:
-            self._requeue(study, [b for b in batch if b[0].number not in told])
+            self._requeue(study, [b for b in batch if b[0].number not in told], reason)
 
     def _tell(self, study, problem, trial, program, source, result, cost, best, measured):
         value = reward(result)
@@ -327,6 +380,8 @@ class Tuner:
             if current.get(key, self) != attr:
                 trial.set_user_attr(key, attr)
         study.tell(trial, value)
+        with self._count_lock:
+            self.run_measured[study.study_name] = self.run_measured.get(study.study_name, 0) + 1
         self._observed.add((study.study_name, trial.number))
         if self.policy is not None:
             self.policy.observe(problem, program, value)
@@ -342,12 +397,12 @@ class Tuner:
                             "source": source, "worker": self.worker})
         return best
 
-    def _requeue(self, study, batch: list[tuple]) -> None:
-        """Fail trials a run abandoned and queue their programs again."""
+    def _requeue(self, study, batch: list[tuple], reason: str) -> None:
+        """Fail trials a run abandoned (`reason`: why) and queue their programs again."""
         from optuna.trial import TrialState
         for trial, program, source in batch:
             try:
-                trial.set_user_attr("reason", "interrupted: re-enqueued")
+                trial.set_user_attr("reason", f"{reason}: re-enqueued")
                 study.tell(trial, state=TrialState.FAIL)
                 study.enqueue_trial(trial.params, user_attrs={
                     "source": source, "program": str(program), "retry_of": trial.number})

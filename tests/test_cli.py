@@ -46,7 +46,7 @@ def test_emit_with_given_program(tmp_path, capsys, form):
     (["emit", "--shape", "8x8x8", "--arch", "sm_80", "--program", "{oops", "-o", "x"],
      "program JSON: not valid JSON"),
     (["emit", "--shape", "8x8x8", "--arch", "sm_80", "--program", "@/no/such/file", "-o", "x"],
-     "program file: No such file or directory"),
+     "--program: no such file: /no/such/file"),
     (["verify", GOOD.replace("c1x1", "c2x2")], "cluster: thread-block clusters need sm_90a"),
     (["verify", "cuda_simt sm_80"], "expected 13 tokens"),
 ])
@@ -69,8 +69,8 @@ def test_schema_prints_the_checked_in_schema(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--shapes", "64x64x64"], "bench: give at least one --program or --backends"),
-    (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "shape: '64x64' is not of the form"),
-    (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "program file: No such file"),
+    (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "--shapes: '64x64' is not of the form"),
+    (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "--program: no such file"),
 ])
 def test_bench_bad_input(capsys, argv, message):
     code, _, err = run(capsys, *argv)
@@ -170,3 +170,18 @@ def test_every_subcommand_comes_from_the_table(capsys):
     assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy",
                                 "train-llm"}
     assert len(COMMANDS) == 5
+
+
+@pytest.mark.parametrize("program", [
+    "cuda_mma sm_80 16x16x16 w1x1 s2 sw128 row/8 pred k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 64x64x64 w1x1 s3 sw128 row/8 pred k2 dp c1x1 nows direct",
+    "cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/1 pred k1 dp c1x1 nows direct",
+])
+def test_the_emitted_self_test_runs_the_emitted_shape(tmp_path, capsys, program):
+    """Its main() without arguments times the shape it was emitted for (not a fixed one)."""
+    arch = program.split()[1]
+    code, out, err = run(capsys, "emit", "--shape", "264x384x520", "--arch", arch,
+                         "--program", program, "-o", str(tmp_path))
+    assert code == 0, err
+    text = open(out.splitlines()[1]).read()
+    assert "M = 264, N = 384, K = 520;" in text

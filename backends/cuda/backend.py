@@ -34,8 +34,12 @@ class CudaBackend(Backend):
     allowed = {**_ONLY_DEFAULT, "swizzle": frozenset({Swizzle.NONE, Swizzle.PAD})}
 
     def lower(self, program: Program, problem: Problem) -> Source:
+        return self.source(program, problem, SELFTEST_DEFAULT)
+
+    def source(self, program: Program, problem: Problem, selftest: tuple[int, int, int]) -> Source:
+        """The lowered file; `selftest` is (m, n, k) its main() runs without arguments."""
         ctx = make_context(program, problem, self.path, self.unit_threads).as_dict()
-        m, n, k = SELFTEST_DEFAULT
+        m, n, k = selftest
         ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
                    selftest_m=m, selftest_n=n, selftest_k=k)
         text = render(TEMPLATES, "gemm.cu.jinja", ctx)
@@ -56,7 +60,8 @@ class CudaBackend(Backend):
         return fingerprint(str(TEMPLATES))
 
     def standalone(self, program: Program, problem: Problem) -> str:
-        return self.lower(program, problem).text
+        """The lowered file, its self-test's default shape `problem`'s."""
+        return self.source(program, problem, (problem.m, problem.n, problem.k)).text
 
 
 @register

@@ -129,10 +129,11 @@ class CudaWgmma(CudaBackend):
         # the ring plus one or two 64 x 64 C boxes per consumer (not ir.graph's whole C tile)
         return geometry(kernel_view(program), Layout.NN)["smem_bytes"]
 
-    def lower(self, program: Program, problem: Problem) -> Source:
+    def source(self, program: Program, problem: Problem, selftest: tuple[int, int, int]) -> Source:
         ctx = make_context(program, problem).as_dict()
-        m, n, k = SELFTEST_DEFAULT
-        if program.padding == Padding.PREDICATE:  # the self-test's default shape must be legal
+        m, n, k = selftest
+        if selftest == SELFTEST_DEFAULT and program.padding == Padding.PREDICATE:
+            # the default shape must be legal (an emitted shape passed verify already)
             k = (k + TMA_ROW_ALIGN_HALFS - 1) // TMA_ROW_ALIGN_HALFS * TMA_ROW_ALIGN_HALFS
         ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
                    selftest_m=m, selftest_n=n, selftest_k=k)

@@ -21,7 +21,7 @@ from gemmforge.backends import register
 from gemmforge.backends.base import Backend
 from gemmforge.compiler.values import Artifact, BuildError, Source, Target
 from gemmforge.backends.cute_cpp import cutlass, legality
-from gemmforge.backends.cute_cpp.context import make_context
+from gemmforge.backends.cute_cpp.context import SELFTEST_DEFAULT, make_context
 from gemmforge.backends.cute_cpp.kernels import RASTERS
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc
@@ -60,8 +60,11 @@ class CuteCpp(Backend):
         return legality.sm90_smem_bytes(program) if program.arch == Arch.SM90A else None
 
     def lower(self, program: Program, problem: Problem) -> Source:
+        return self._source(program, problem, SELFTEST_DEFAULT)
+
+    def _source(self, program: Program, problem: Problem, selftest: tuple[int, int, int]) -> Source:
         flags = " ".join((*COMMENT_FLAGS, *nvcc.gencode(program.arch)))
-        ctx = make_context(program, problem, cutlass.version(), flags)
+        ctx = make_context(program, problem, cutlass.version(), flags, selftest)
         text = render(TEMPLATES, "gemm.cu.jinja", ctx)
         return Source(program, problem, "cuda", {f"{program.name}.cu": text},
                       f"{program.name}.cu", meta={"cutlass_version": ctx["cutlass_version"]})
@@ -92,4 +95,5 @@ class CuteCpp(Backend):
         return h.hexdigest()
 
     def standalone(self, program: Program, problem: Problem) -> str:
-        return self.lower(program, problem).text
+        """The lowered file, its self-test's default shape `problem`'s."""
+        return self._source(program, problem, (problem.m, problem.n, problem.k)).text

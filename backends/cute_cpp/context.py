@@ -74,9 +74,10 @@ class Sm80Context:
     split_k_serial: bool
 
 
-def _common(p: Program, problem: Problem, version: str, flags: str) -> CommonContext:
+def _common(p: Program, problem: Problem, version: str, flags: str,
+            selftest: tuple[int, int, int]) -> CommonContext:
     t = p.tile
-    m, n, k = SELFTEST_DEFAULT
+    m, n, k = selftest
     return CommonContext(
         kernel_name=p.name, program_text=str(p), arch=p.arch.value,
         family="sm90" if p.arch == Arch.SM90A else "sm80",
@@ -126,7 +127,9 @@ def _sm80(p: Program) -> Sm80Context:
         swizzle_functor=SM80_SWIZZLE[p.raster], split_k_serial=p.split_k.slices > 1)
 
 
-def make_context(p: Program, problem: Problem, version: str, flags: str) -> dict:
-    """The render context for `p` computing `problem` (assumes legality.check passed)."""
+def make_context(p: Program, problem: Problem, version: str, flags: str,
+                 selftest: tuple[int, int, int] = SELFTEST_DEFAULT) -> dict:
+    """The render context for `p` computing `problem` (assumes legality.check passed);
+    `selftest`: the (m, n, k) the self-test's main() runs without arguments."""
     family = _sm90(p, problem) if p.arch == Arch.SM90A else _sm80(p)
-    return {**asdict(_common(p, problem, version, flags)), **asdict(family)}
+    return {**asdict(_common(p, problem, version, flags, selftest)), **asdict(family)}

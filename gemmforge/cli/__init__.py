@@ -5,9 +5,12 @@
     gemmforge schema
     gemmforge tune | bench | train-policy | train-llm ...
 
-Bad input (a malformed shape, program text or JSON, an illegal program, a missing optional
-extra) gets one line saying what is wrong and what is allowed, and exit code 2; a failed
-build prints the nvcc command that reproduces it, and exit code 1.
+Every argument is checked before any work (gemmforge.arguments). Bad input (a malformed
+shape, program text or JSON, an illegal program, a file that is not there, a missing
+optional extra) gets one line naming the argument and what is wrong, and exit code 2; a
+runtime failure one line with its cause and exit code 1 (a failed build also prints the
+nvcc command that reproduces it); `--debug` or GEMMFORGE_DEBUG=1 adds the traceback
+(gemmforge.errors; every case the tests try: docs/errors.md).
 """
 from __future__ import annotations
 
@@ -15,10 +18,9 @@ import argparse
 import sys
 from importlib import import_module
 
-from gemmforge.cli.common import EXIT_BAD_INPUT, EXIT_BUILD_FAILED, UsageError
+from gemmforge.cli.common import EXIT_BAD_INPUT, UsageError
 from gemmforge.compiler.extras import install_hint
-from gemmforge.compiler.values import BuildError
-from gemmforge.ir.program import IRError
+from gemmforge.errors import DEBUG_FLAG, OneLineParser, debug_enabled, join_dash_values, report
 
 # Each module's add_to(sub) adds its subcommands; their heavy imports wait for the run.
 COMMANDS = (
@@ -34,27 +36,42 @@ __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The gemmforge parser with every subcommand of COMMANDS."""
-    parser = argparse.ArgumentParser(prog="gemmforge", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="gemmforge", description=__doc__.split("\n\n")[0])
+    parser.add_argument(DEBUG_FLAG, action="store_true",
+                        help="print the traceback of a failure (also GEMMFORGE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         import_module(module).add_to(sub)
     return parser
 
 
+def _value_options(parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    """Every option string, of the parser and its subcommands, that takes a value."""
+    out: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _value_options(sub)
+        elif action.option_strings and action.nargs is None:
+            out += action.option_strings
+    return tuple(out)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one gemmforge command; returns its exit code."""
-    args = build_parser().parse_args(argv)
+    """Run one gemmforge command; returns its exit code (gemmforge.errors says what each
+    means)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_enabled(argv)
+    parser = build_parser()
+    args = parser.parse_args(join_dash_values([a for a in argv if a != DEBUG_FLAG],
+                                              _value_options(parser)))
     try:
         return args.run(args)
-    except (IRError, UsageError) as e:
-        print(f"gemmforge: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BuildError as e:
-        print(f"gemmforge: build failed: {e}", file=sys.stderr)
-        return EXIT_BUILD_FAILED
     except ModuleNotFoundError as e:
         hint = install_hint(e)
         if hint is None:
-            raise
+            return report(e, debug)
         print(f"gemmforge {args.command}: {hint}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (Exception, KeyboardInterrupt) as e:
+        return report(e, debug)

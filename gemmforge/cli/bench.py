@@ -15,21 +15,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gemmforge.cli.common import UsageError, parse_program
-from gemmforge.ir.program import Arch, IRError
+from gemmforge import arguments
+from gemmforge.cli.common import UsageError
+from gemmforge.errors import Failure
+from gemmforge.ir.program import Arch
 
 
 def _programs(values: list[str]) -> list:
+    """The programs of every --program value (text, JSON, or @file of one per line)."""
     out = []
     for value in values:
         if value.startswith("@"):
-            try:
-                lines = Path(value[1:]).read_text().splitlines()
-            except OSError as e:
-                raise IRError(f"program file: {e.strerror}: {value[1:]}") from None
-            out += [parse_program(t) for t in lines if t.strip() and not t.startswith("#")]
+            lines = arguments.text_file("--program", value[1:]).splitlines()
+            lines = [t for t in lines if t.strip() and not t.startswith("#")]
+            if not lines:
+                raise UsageError(f"--program: no program in {value[1:]}")
+            out += [arguments.program(t) for t in lines]
         else:
-            out.append(parse_program(value))
+            out.append(arguments.program(value))
     return out
 
 
@@ -44,24 +47,52 @@ def candidates(problem, programs, backends, arch):
     return chosen
 
 
-def cmd_bench(args) -> int:
-    from gemmforge.search.env import evaluate
-    from gemmforge.search.measure import BuilderPool, DeviceRunner
+def _settings(args):
     from gemmforge.search.records import BenchSettings
-    from gemmforge.search.report import write_report
-    from gemmforge.search.shapes import parse_shapes
-    from tqdm import tqdm
-    problems = parse_shapes(args.shapes, args.layout, args.acc)
+    arguments.at_least("--rounds", args.rounds)
+    try:
+        return BenchSettings(protocols=tuple(x.strip() for x in args.protocols.split(",")
+                                             if x.strip()), rounds=args.rounds)
+    except ValueError as e:
+        raise UsageError(f"--protocols: {e}") from None
+
+
+def _plan(args) -> tuple[list, object]:
+    """[(problem, its candidates)] and the BenchSettings, every argument checked; a
+    UsageError when there is nothing to measure."""
+    from gemmforge.search.report import check_name
+    arguments.environment()
+    problems = arguments.shapes(args.shapes, args.layout, args.acc)
     programs = _programs(args.program or [])
-    backends = [b for b in (args.backends or "").split(",") if b]
+    backends = arguments.backends(args.backends) or ()
     if not programs and not backends:
         raise UsageError("bench: give at least one --program or --backends")
     arch = Arch.parse(args.arch, "--arch")
-    settings = BenchSettings(protocols=tuple(args.protocols.split(",")), rounds=args.rounds)
+    settings = _settings(args)
+    try:
+        check_name(args.name)
+    except ValueError as e:
+        raise UsageError(f"--name: {e}") from None
+    if args.report_dir:
+        arguments.output_folder(args.report_dir, "--report-dir")
+    plan = [(p, candidates(p, programs, backends, arch)) for p in problems]
+    if not any(todo for _, todo in plan):
+        raise UsageError("--program: no given program is legal for any of the shapes "
+                         "(gemmforge verify PROGRAM --shape MxNxK says why)")
+    arguments.at_least("--device", args.device, 0)
+    arguments.cuda_devices("bench", args.device + 1)
+    return plan, settings
+
+
+def cmd_bench(args) -> int:
+    from gemmforge.search.env import evaluate
+    from gemmforge.search.measure import BuilderPool, DeviceRunner
+    from gemmforge.search.report import write_report
+    from tqdm import tqdm
+    plan, settings = _plan(args)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[args.device]) as runner:
-        for problem in tqdm(problems, desc="bench", unit="shape"):
-            todo = candidates(problem, programs, backends, arch)
+        for problem, todo in tqdm(plan, desc="bench", unit="shape"):
             if todo:
                 results += evaluate(todo, problem, device_runner=runner, builders=builders,
                                     settings=settings)
@@ -69,7 +100,10 @@ def cmd_bench(args) -> int:
                                       Path(args.report_dir) if args.report_dir else None)
     ok = sum(r.ok for r in results)
     print(f"{ok}/{len(results)} measured ok\nwrote {csv_path}\nwrote {png_path}")
-    return 0 if results else 1
+    if not ok:
+        raise Failure(f"bench: none of the {len(results)} candidates measured ok "
+                      f"(the kind and message columns of {csv_path} say why)")
+    return 0
 
 
 def add_to(sub) -> None:

@@ -3,35 +3,23 @@ program or a shape from the command line."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from gemmforge.ir.program import IRError, Problem, Program
+from gemmforge import arguments
+from gemmforge.errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError  # noqa: F401 (shared)
+from gemmforge.ir.program import Problem, Program
 
-EXIT_BUILD_FAILED = 1
-EXIT_BAD_INPUT = 2
-
-
-class UsageError(ValueError):
-    """A command's arguments don't fit together; main() prints it as one line, exit 2."""
+EXIT_BUILD_FAILED = EXIT_FAILED
 
 
-def parse_program(value: str) -> Program:
-    """Program from its text form, its JSON form, or @path to a file holding either."""
-    from gemmforge.ir.schema import from_json
-    from gemmforge.ir.text import parse
-    if value.startswith("@"):
-        try:
-            value = Path(value[1:]).read_text()
-        except OSError as e:
-            raise IRError(f"program file: {e.strerror}: {value[1:]}") from None
-    value = value.strip()
-    return from_json(value) if value.startswith("{") else parse(value)
+def parse_program(value: str, name: str = "--program") -> Program:
+    """Program from its text form, its JSON form, or @path to a file holding either
+    (gemmforge.arguments.program: an empty value or a missing file is a UsageError)."""
+    return arguments.program(value, name)
 
 
 def parse_shape(value: str, layout: str, acc: str) -> Problem:
-    """Problem from --shape MxNxK with --layout and --acc (IRError if malformed)."""
-    from gemmforge.ir.text import parse_problem
-    return parse_problem(f"{value} {layout} {acc}")
+    """Problem from --shape MxNxK with --layout and --acc (UsageError if malformed)."""
+    return arguments.problem(value, layout, acc)
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:

@@ -7,18 +7,21 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from gemmforge import arguments
 from gemmforge.cli.common import add_problem_args, parse_program, parse_shape
 from gemmforge.ir.program import Arch
 
 
 def cmd_emit(args) -> int:
     from gemmforge.emit import build_selftest, choose_program, emit
+    arguments.environment()
     problem = parse_shape(args.shape, args.layout, args.acc)
     arch = Arch.parse(args.arch, "--arch")
-    program = choose_program(problem, arch, parse_program(args.program) if args.program else None)
-    path = emit(problem, program, Path(args.output))
+    given = None if args.program is None else parse_program(args.program)
+    out_dir = arguments.output_folder(args.output)
+    program = choose_program(problem, arch, given)
+    path = emit(problem, program, out_dir)
     print(f"{program}\n{path}")
     if args.compile:
         print(build_selftest(path, program))
@@ -27,7 +30,7 @@ def cmd_emit(args) -> int:
 
 def cmd_verify(args) -> int:
     from gemmforge.ir.verify import verify
-    program = parse_program(args.program)
+    program = parse_program(args.program, "program")
     problem = parse_shape(args.shape, args.layout, args.acc) if args.shape else None
     verify(program, problem)
     print(f"ok: {program}  ({program.name})")

@@ -23,31 +23,43 @@ from pathlib import Path
 from gemmforge.cli.common import UsageError
 
 
-def _runner(args):
-    if args.replay:
+def _runner(args, replay: str | None):
+    if replay:
         from gemmforge.search.replay import ReplayRunner
-        return ReplayRunner(None if args.replay == "synthetic" else args.replay,
-                            archs=(args.arch,))
+        return ReplayRunner(None if replay == "synthetic" else replay, archs=(args.arch,))
     from gemmforge.search.records import BenchSettings
     from gemmforge.search.runners import HarnessRunner
     return HarnessRunner(args.device, settings=BenchSettings(protocols=("kernel",)))
 
 
-def cmd_train(args) -> int:
+def _checked(args):
+    """(arch, problems, backends, replay, checkpoint path), every argument checked."""
+    from gemmforge import arguments
     from gemmforge.ir.program import Arch
-    from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
-    from gemmforge.search.shapes import parse_shapes
-    if args.steps < 1:
-        raise UsageError(f"--steps: {args.steps} must be >= 1")
+    from gemmforge.policy.learned import default_checkpoint
+    arguments.environment()
+    arguments.at_least("--steps", args.steps)
+    arguments.at_least("--device", args.device, 0)
     arch = Arch.parse(args.arch, "--arch")
-    problems = parse_shapes(args.shapes, args.layout, args.acc)
-    backends = tuple(args.backends.split(",")) if args.backends else None
+    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    backends = arguments.backends(args.backends)
+    replay = arguments.replay(args.replay)
     path = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
+    arguments.output_folder(str(path.parent), "--checkpoint")
+    if not replay:
+        arguments.cuda_devices("train-policy", args.device + 1,
+                               "; use --replay synthetic (or a record file) to train without one")
+    return arch, problems, backends, replay, path
+
+
+def cmd_train(args) -> int:
+    from gemmforge.policy.learned import LearnedPolicy
+    arch, problems, backends, replay, path = _checked(args)
     try:
         policy = LearnedPolicy(archs=(arch,), backends=backends, seed=args.seed)
     except (KeyError, ValueError) as e:
         raise UsageError(f"--backends: {e}") from None
-    runner = _runner(args)
+    runner = _runner(args, replay)
     start = time.perf_counter()
     try:
         history = policy.train(problems, runner, steps=args.steps, arch=arch)

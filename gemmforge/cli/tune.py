@@ -28,8 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from gemmforge.cli.common import UsageError
+from gemmforge import arguments
+from gemmforge.errors import EXIT_SIGNAL_BASE, Failure, UsageError
 from gemmforge.policy.registry import POLICIES
+
+LLM_ENDPOINTS = ("chat", "completions")
 
 
 def _protocols(text: str) -> list[str]:
@@ -43,46 +46,105 @@ def _protocols(text: str) -> list[str]:
     return names
 
 
-def cmd_tune(args) -> int:
-    from gemmforge.search.records import Result
-    from gemmforge.search.report import write_report
-    from gemmforge.search.shapes import parse_shapes
-    from gemmforge.search.studies import default_storage
-    from gemmforge.search.tune_jobs import run_workers, summary_table, timing_line
-    problems = parse_shapes(args.shapes, args.layout, args.acc)
-    if args.concurrent < 1:
-        raise UsageError(f"--concurrent: {args.concurrent} must be >= 1")
-    if args.confirm < 0:
-        raise UsageError(f"--confirm: {args.confirm} must be >= 0 (0: no confirmation)")
+def _check_counts(args) -> None:
+    for name, value, least in (("--budget", args.budget, 1), ("--batch", args.batch, 1),
+                               ("--gpus", args.gpus, 1), ("--concurrent", args.concurrent, 1),
+                               ("--confirm", args.confirm, 0)):
+        arguments.at_least(name, value, least)
+    arguments.positive_seconds("--seconds", args.seconds)
+    arguments.positive_seconds("--llm-timeout", args.llm_timeout)
     if args.policy == "llm" and not (args.llm_url or args.llm_model):
         raise UsageError("--policy llm needs --llm-url (an OpenAI-compatible server) or "
                          "--llm-model (a local model directory)")
-    storage = args.storage or default_storage()
-    job = {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
-           "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
-           "confirm": args.confirm,
-           "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
-           "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset,
-                   "adapter": args.llm_adapter, "engine": args.llm_engine},
-           "backends": args.backends.split(",") if args.backends else None,
-           "workers": args.gpus, "seed": args.seed, "replay": args.replay,
-           "concurrent": args.concurrent, "protocols": _protocols(args.protocols),
-           "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
-    print(f"storage: {storage}   (optuna-dashboard {storage})", file=sys.stderr)
+    if args.llm_endpoint != "chat" and not args.llm_url:
+        raise UsageError(f"--llm-endpoint: {args.llm_endpoint} needs --llm-url (a server)")
+
+
+def _storage(args) -> str:
+    from gemmforge.search.studies import default_storage
+    if args.storage is not None:
+        return arguments.storage(args.storage, "--storage")
+    from gemmforge.compiler.knobs import knobs
+    return arguments.storage(default_storage(),
+                             "GEMMFORGE_TUNE_DB" if knobs().tune_db else "the default storage")
+
+
+def _report_name(args) -> None:
+    from gemmforge.search.report import check_name
+    if args.report:
+        try:
+            check_name(args.report)
+        except ValueError as e:
+            raise UsageError(f"--report: {e}") from None
+        if args.report_dir:
+            arguments.output_folder(args.report_dir, "--report-dir")
+
+
+def tune_job(args) -> dict:
+    """The job cmd_tune runs, every argument checked first (UsageError: exit 2)."""
+    arguments.environment()
+    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    _check_counts(args)
+    backends = arguments.backends(args.backends)
+    replay = arguments.replay(args.replay)
+    protocols = _protocols(args.protocols)
+    _report_name(args)
+    if not replay:
+        arguments.cuda_devices("tune", args.gpus, "; use --replay synthetic (or a record "
+                               "file) to try it without one")
+    storage = _storage(args)
+    return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
+            "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
+            "confirm": args.confirm,
+            "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
+            "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset,
+                    "adapter": args.llm_adapter, "engine": args.llm_engine,
+                    "timeout_s": args.llm_timeout, "endpoint": args.llm_endpoint},
+            "backends": list(backends) if backends else None,
+            "workers": args.gpus, "seed": args.seed, "replay": replay,
+            "concurrent": args.concurrent, "protocols": protocols,
+            "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
+
+
+def cmd_tune(args) -> int:
+    """Tune; print the summary (also when interrupted); exit 0, 1 when nothing could be
+    measured, 128 + the signal when stopped."""
+    from gemmforge.search.tune_jobs import run_workers
+    from gemmforge.search.tune_summary import (RunReport, llm_lines, requeued_line,
+                                               source_line, stop_line, summary_table,
+                                               timing_line, totals_line)
+    job = tune_job(args)
+    print(f"storage: {job['storage']}   (optuna-dashboard {job['storage']})", file=sys.stderr)
+    report = RunReport()
     start = time.perf_counter()
-    outcomes = run_workers(job, progress=not args.quiet)
+    outcomes = run_workers(job, progress=not args.quiet, report=report)
     wall = time.perf_counter() - start
-    print(summary_table(outcomes))
-    measured = sum(o["measured"] for o in outcomes)
-    print(f"{measured} candidates measured in {wall:.0f} s on {args.gpus} GPU(s): "
-          f"{measured / wall / args.gpus:.2f} candidates per GPU-second (builds included)")
+    print(summary_table([{**o, "budget": args.budget} for o in outcomes], job["replay"]))
+    print(totals_line(outcomes, wall, args.gpus, job["replay"]))
+    if requeued_line(outcomes):
+        print(requeued_line(outcomes))
+    print(source_line(report))
+    for line in llm_lines(report):
+        print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
     print(timing_line(outcomes))
+    _write_report(args, outcomes)
+    if report.interrupted:
+        print(stop_line(report), file=sys.stderr)
+        return EXIT_SIGNAL_BASE + report.interrupted
+    if not any(o["best"] for o in outcomes):
+        raise Failure("tune: no candidate measured ok for any shape (the table's sources "
+                      "and the storage's trials say why)")
+    return 0
+
+
+def _write_report(args, outcomes: list[dict]) -> None:
+    from gemmforge.search.records import Result
+    from gemmforge.search.report import write_report
     best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
     if best and args.report:
         csv_path, png_path = write_report(best, args.report,
                                           Path(args.report_dir) if args.report_dir else None)
         print(f"wrote {csv_path}\nwrote {png_path}")
-    return 0
 
 
 def add_to(sub) -> None:
@@ -103,6 +165,11 @@ def add_to(sub) -> None:
                                        "directory for vLLM's offline engine")
     t.add_argument("--llm-dataset", help="--policy llm: JSONL file the (prompt, completion, "
                                          "reward) rows go to")
+    t.add_argument("--llm-timeout", type=float, default=300.0,
+                   help="--policy llm: seconds one server request may take")
+    t.add_argument("--llm-endpoint", default="chat", choices=LLM_ENDPOINTS,
+                   help="--policy llm with --llm-url: /v1/chat/completions (chat template) "
+                        "or /v1/completions (plain prompt text)")
     t.add_argument("--llm-adapter", help="--policy llm: a LoRA adapter folder from gemmforge "
                                          "train-llm (a server must serve it under the "
                                          "folder's name: --lora-modules NAME=PATH)")

@@ -1,0 +1,208 @@
+"""Checks for the `gemmforge` command's arguments, run before any work.
+
+Each function takes an argument's value and the name to blame, returns the value ready to
+use, and raises gemmforge.errors.UsageError (exit 2) with one line naming the argument and
+what was wrong; `storage` raises gemmforge.errors.Failure (exit 1) when a well-formed URL's
+server can't be reached.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from gemmforge.errors import Failure, UsageError
+from gemmforge.ir.program import IRError
+
+STORAGE_CONNECT_TIMEOUT_S = 10
+STORAGE_EXAMPLES = "e.g. sqlite:///tune.db or postgresql+psycopg://user@host/db"
+
+
+def at_least(name: str, value: int, least: int = 1) -> int:
+    if value < least:
+        raise UsageError(f"{name}: {value} must be >= {least}")
+    return value
+
+
+def positive_seconds(name: str, value: float | None) -> float | None:
+    """None (no limit) or a number of seconds > 0."""
+    if value is not None and not value > 0:
+        raise UsageError(f"{name}: {value:g} must be > 0 (seconds)")
+    return value
+
+
+def _grid_shapes() -> list[str]:
+    from importlib import resources
+    return resources.files("gemmforge.search").joinpath("data/grid_1000.txt").read_text().split()
+
+
+def _shape_texts(spec: str, name: str) -> list[str]:
+    if spec == "grid":
+        return _grid_shapes()
+    if spec.startswith("sample:"):
+        parts = spec.split(":")
+        grid = _grid_shapes()
+        try:
+            count, seed = int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+            if len(parts) > 3 or not 1 <= count <= len(grid):
+                raise ValueError
+        except (ValueError, IndexError):
+            raise UsageError(f"{name}: {spec!r} is not sample:N[:SEED] with N in "
+                             f"1..{len(grid)}") from None
+        return random.Random(seed).sample(grid, count)
+    if spec.startswith("@"):
+        return text_file(name, spec[1:]).split()
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shapes") -> list:
+    """Problems from a --shapes value: a comma list of MxNxK, `grid`, `sample:N[:SEED]`,
+    or `@file` (one shape per line); at least one."""
+    texts = _shape_texts(spec, name)
+    if not texts:
+        raise UsageError(f"{name}: no shapes in {spec!r}")
+    return [problem(t, layout, acc, name) for t in texts]
+
+
+def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape"):
+    """One Problem from MxNxK and the layout and accumulator options."""
+    from gemmforge.ir.text import parse_problem
+    try:
+        return parse_problem(f"{text} {layout} {acc}")
+    except IRError as e:
+        raise UsageError(_blame(str(e), text, name)) from None
+
+
+def _blame(message: str, text: str, name: str) -> str:
+    if message.startswith("shape: "):
+        return name + message[len("shape"):]
+    if message.startswith(("layout: ", "acc: ")):
+        return "--" + message
+    return f"{name}: {text!r}: {message}"
+
+
+def text_file(name: str, path: str) -> str:
+    """The text of a file an argument names."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file: {path}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{name}: {path} is not a text file") from None
+    except OSError as e:
+        raise UsageError(f"{name}: can't read {path}: {e.strerror}") from None
+
+
+def backends(text: str | None, name: str = "--backends") -> tuple[str, ...] | None:
+    """A comma list of registered backend names (None or empty: every one)."""
+    if text is None:
+        return None
+    from gemmforge.backends import registry
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise UsageError(f"{name}: no backend in {text!r}")
+    known = sorted(registry.names())
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        raise UsageError(f"{name}: {unknown[0]!r} is not a registered backend "
+                         f"(one of {', '.join(known)})")
+    return names
+
+
+def program(value: str, name: str = "--program"):
+    """A Program from text, JSON or @file; an empty value is an error, not "none"."""
+    from gemmforge.ir.schema import from_json
+    from gemmforge.ir.text import parse
+    text = text_file(name, value[1:]) if value.startswith("@") else value
+    text = text.strip()
+    if not text:
+        raise UsageError(f"{name}: empty" + (f" file {value[1:]}" if value.startswith("@") else
+                                             " (give program text, JSON or @file)"))
+    return from_json(text) if text.startswith("{") else parse(text)
+
+
+def replay(value: str | None, name: str = "--replay") -> str | None:
+    """'synthetic', or a record file that holds at least one record."""
+    if value is None or value == "synthetic":
+        return value
+    from gemmforge.search.replay import load_records
+    text_file(name, value)  # missing, unreadable or binary: said plainly
+    try:
+        records = load_records(value)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{name}: {value} is not a record file (search.report CSV or JSON "
+                         f"lines of results): {type(e).__name__}: {e}") from None
+    if not records:
+        raise UsageError(f"{name}: {value} holds no records (or give 'synthetic')")
+    return value
+
+
+def output_folder(path: str, name: str = "-o") -> Path:
+    """A folder that exists (created if missing) and can be written."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{name}: can't create {path}: {e.strerror}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{name}: can't write in {path}")
+    return folder
+
+
+def environment() -> None:
+    """Every GEMMFORGE_* setting readable (compiler.knobs raises KnobError, exit 2)."""
+    from gemmforge.compiler.knobs import knobs
+    knobs()
+
+
+def cuda_devices(name: str, needed: int, hint: str = "") -> None:
+    """At least `needed` CUDA devices visible to torch; else bad input (`hint` says what
+    to do instead)."""
+    import torch
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if seen == 0:
+        build = "" if torch.version.cuda else ": a CPU build of torch"
+        raise UsageError(f"{name}: needs a CUDA GPU (torch sees none{build}){hint}")
+    if seen < needed:
+        raise UsageError(f"{name}: {needed} GPU(s) asked for, torch sees {seen}")
+
+
+def storage(url: str, name: str = "--storage") -> str:
+    """A storage URL that opens: ':memory:', or an SQLAlchemy URL whose dialect loads, whose
+    SQLite folder can be written and whose server answers (Failure if it doesn't)."""
+    if url == ":memory:":
+        return url
+    import sqlalchemy
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        raise UsageError(f"{name}: {url!r} is not an SQLAlchemy URL ({STORAGE_EXAMPLES})") from None
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        _sqlite_folder(name, Path(parsed.database))
+    connect_args = ({"connect_timeout": STORAGE_CONNECT_TIMEOUT_S}
+                    if parsed.get_backend_name() == "postgresql" else {})
+    try:
+        engine = sqlalchemy.create_engine(parsed, connect_args=connect_args)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise UsageError(f"{name}: {shown!r}: no SQLAlchemy dialect "
+                         f"{parsed.drivername!r} ({STORAGE_EXAMPLES})") from None
+    except ImportError as e:
+        raise UsageError(f"{name}: {shown!r}: its driver is not installed ({e})") from None
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.DBAPIError as e:
+        from gemmforge.errors import one_line
+        raise Failure(f"{name}: can't open {shown}: {one_line(e.orig or e)}") from None
+    finally:
+        engine.dispose()
+    return url
+
+
+def _sqlite_folder(name: str, path: Path) -> None:
+    folder = path.expanduser().parent
+    if not folder.is_dir():
+        raise UsageError(f"{name}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{name}: can't write {path}")
