@@ -161,8 +161,7 @@ def cuda_devices(name: str, needed: int, hint: str = "") -> None:
     import torch
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if seen == 0:
-        build = "" if torch.version.cuda else ": a CPU build of torch"
-        raise UsageError(f"{name}: needs a CUDA GPU (torch sees none{build}){hint}")
+        raise UsageError(f"{name}: needs a CUDA GPU (torch sees none){hint}")
     if seen < needed:
         raise UsageError(f"{name}: {needed} GPU(s) asked for, torch sees {seen}")
 
