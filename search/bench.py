@@ -233,6 +233,8 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
                                                 lambda r: progress(f"cold round {r}")),
         "call": lambda cs: timing.call_protocol(cs, settings, bufs.refill),
         "server": lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
+        "sustained": lambda cs: timing.sustained_protocol(
+            cs, settings, counts, stream, lambda r: progress(f"sustained turn {r}")),
     }
     for name, protocol in protocols.items():
         if name not in settings.protocols:

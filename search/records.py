@@ -67,13 +67,15 @@ class Protocol:
     """One timing protocol: its name, what one reading is, and how it is grouped.
 
     `alone`: each candidate is timed with cuBLAS alone (call, server), rather than with its
-    whole group (kernel, cold). Its readings go to Result.<field> and Result.<cublas_field>.
-    search.timing implements each one; search.bench runs those BenchSettings.protocols
+    whole group (kernel, cold, sustained). `by_default`: in BenchSettings' default list
+    (sustained is not: it takes seconds per group). Its readings go to Result.<field> and
+    Result.<cublas_field>. search.timing implements each one; search.bench runs those BenchSettings.protocols
     names."""
 
     name: str
     reading: str
     alone: bool = False
+    by_default: bool = True
 
     @property
     def field(self) -> str:
@@ -89,6 +91,8 @@ PROTOCOLS = {p.name: p for p in (
     Protocol("cold", "the same with L2 flushed before every launch"),
     Protocol("call", "one Python call + synchronize, wall clock, fresh inputs", alone=True),
     Protocol("server", "calls after random idle gaps", alone=True),
+    Protocol("sustained", "per launch, back to back for seconds (under the power cap), the "
+             "median over turns", by_default=False),
 )}
 """Every timing protocol, by name, in the order reports list them ("kernel" first: the
 reward's, and the one every measurement includes)."""
@@ -120,10 +124,13 @@ class BenchSettings(_Record):
                              fresh input values (written untimed) before each
       server ("server") .... server_calls calls, each after a random idle gap in
                              [0, server_max_gap_ms]
+      sustained ............ (warm_rounds + sustained_rounds) turns of back-to-back
+                             replays of the kernel protocol's graph for sustained_s seconds
+                             each (one more replay sizes each turn); not in the default list
       re-validation ........ 1 (after all timing, into a NaN-filled output, fresh inputs)
     cuBLAS NN and TN are launched as often in calibration and kernel (their own n); in
-    cold, call and server only the faster of the two by kernel time runs, as often as the
-    candidate (its own nc in cold). Choosing the layout once, by the stable kernel time,
+    cold, call, server and sustained only the faster of the two by kernel time runs, as
+    often as the candidate (its own nc in cold). Choosing the layout once, by the stable kernel time,
     keeps the noisy call timings from picking whichever of two equal calls drew less noise.
     If the candidate's fastest calibration launch takes longer than slow_cutoff x cuBLAS's
     time per launch, its warm-up and everything from "kernel" to "server" are skipped:
@@ -170,7 +177,9 @@ class BenchSettings(_Record):
     server_max_gap_ms: float = 5.0
     l2_flush_factor: float = 2.0
     statistic: str = "median"
-    protocols: tuple[str, ...] = tuple(PROTOCOLS)
+    sustained_s: float = 1.0
+    sustained_rounds: int = 2
+    protocols: tuple[str, ...] = tuple(p.name for p in PROTOCOLS.values() if p.by_default)
     exact_check: bool = True
     slow_cutoff: float = 20.0
     timeout_s: float = 120.0
@@ -185,6 +194,8 @@ class BenchSettings(_Record):
                              + ", ".join(f"'{name}'" for name in PROTOCOLS))
         if self.statistic not in ("median", "min"):
             raise ValueError(f"statistic: {self.statistic!r} is not 'median' or 'min'")
+        if self.sustained_s <= 0 or self.sustained_rounds < 1:
+            raise ValueError("sustained_s must be > 0 and sustained_rounds >= 1")
         if self.rounds < 1 or self.warmup < 0 or self.warm_rounds < 0 \
                 or self.min_graph_launches < 1:
             raise ValueError("rounds and min_graph_launches must be >= 1, warmup and "
@@ -194,7 +205,8 @@ class BenchSettings(_Record):
 
     def candidate_launches(self, n: int, nc: int, k: int) -> int:
         """How many times one request launches the candidate (the count in this class's
-        docstring), for graph sizes n and nc, when the timing is not cut short."""
+        docstring), for graph sizes n and nc, when the timing is not cut short; the
+        sustained protocol's launches (set by the clock, not a count) are not included."""
         exact = 1 if self.exact_check and k <= 2048 else 0
         p = self.protocols
         timed = self.warm_rounds + self.rounds + 1
@@ -283,6 +295,8 @@ class Result(_Record):
     layout that won the kernel times, as for call and server).
     call_us / cublas_call_us: one Python call + synchronize, wall clock, fresh inputs.
     server_us / cublas_server_us: calls after random idle gaps.
+    sustained_us / cublas_sustained_us: per launch, run back to back for seconds (under the
+    power cap), the median over turns (cuBLAS: the layout that won the kernel times).
     rel_err: relative Frobenius error of the gate (the larger of gate and re-validation).
     paired_speedup: median over rounds of each round's cublas/kernel (statistic "median"
     only). The candidate and cuBLAS of one round run within one round's time of each
@@ -312,6 +326,8 @@ class Result(_Record):
     cublas_call_us: float | None = None
     server_us: float | None = None
     cublas_server_us: float | None = None
+    sustained_us: float | None = None
+    cublas_sustained_us: float | None = None
     rel_err: float | None = None
     spread: float | None = None
     cublas_spread: float | None = None
@@ -371,6 +387,11 @@ class Result(_Record):
     def call_speedup(self) -> float | None:
         """cublas_call_us / call_us, or None."""
         return _ratio(self.cublas_call_us, self.call_us)
+
+    @property
+    def sustained_speedup(self) -> float | None:
+        """cublas_sustained_us / sustained_us, or None."""
+        return _ratio(self.cublas_sustained_us, self.sustained_us)
 
     @property
     def implausible(self) -> bool:

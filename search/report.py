@@ -63,16 +63,23 @@ def _row(r: Result) -> dict[str, str]:
     return {c: _cell(values.get(c)) for c in COLUMNS}
 
 
-def write_csv(results: Iterable[Result], name: str, root: Path | None = None) -> Path:
+def write_csv(results: Iterable[Result], name: str, root: Path | None = None,
+              extra: Sequence[dict] | None = None) -> Path:
     """Write `results` to <root>/<name>.csv (root: the current directory); return the path.
+    `extra`, one dict per result, adds columns after COLUMNS (in first-seen key order).
     The file is written whole to a temporary name and renamed into place."""
     path = _path(name, root, ".csv")
     path.parent.mkdir(parents=True, exist_ok=True)
+    results = list(results)
+    extra = list(extra) if extra is not None else [{} for _ in results]
+    columns = list(COLUMNS) + [k for k in dict.fromkeys(k for e in extra for k in e)
+                               if k not in COLUMNS]
     tmp = path.with_suffix(".csv.tmp")
     with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS)
+        writer = csv.DictWriter(f, columns)
         writer.writeheader()
-        writer.writerows(_row(r) for r in results)
+        writer.writerows({**_row(r), **{k: _cell(v) for k, v in e.items()}}
+                         for r, e in zip(results, extra))
     tmp.replace(path)
     return path
 

@@ -142,6 +142,33 @@ def cold_protocol(cs, settings, times, stream,
         settings.warm_rounds, after_round)
 
 
+def sustained_protocol(cs, settings, counts, stream,
+                       after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+    """Per round, each contender in turn runs back to back for `sustained_s` seconds (its
+    graph of counts[name] launches, replayed without a pause): the power cap's clock, not
+    the short window's. Sample: the median per launch over that turn's replays. The first
+    warm_rounds turns (the GPU still below its cap) are not recorded."""
+    graphs = {c.name: graph(repeat(c.launch, counts[c.name]), stream) for c in cs}
+    return interleave(cs, settings.sustained_rounds, lambda c: _sustained_us(
+        graphs[c.name], counts[c.name], settings.sustained_s), settings.warm_rounds, after_round)
+
+
+def _sustained_us(g, launches: int, seconds: float) -> float:
+    """Median us per launch over replays of graph `g` (of `launches` launches) enqueued
+    back to back for about `seconds`, an event between replays, one sync at the end."""
+    import torch
+    first = elapsed_us(g.replay)  # sizes the turn: how many replays fill `seconds`
+    replays = max(2, math.ceil(seconds * 1e6 / max(first, 1e-3)))
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+    events[0].record()
+    for e in events[1:]:
+        g.replay()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) * 1e3 / launches
+                             for a, b in zip(events, events[1:]))
+
+
 def call_us(c: Contender, refill: Callable[[], None], idle_s: float = 0.0) -> float:
     """Wall-clock us of one Python call + device-wide sync, on freshly written inputs."""
     import torch

@@ -398,3 +398,21 @@ def test_group_reports_every_step(simulate):
                      + [f"kernel round {r}" for r in range(rounds)]
                      + [f"cold round {r}" for r in range(rounds)] + ["cold rounds"]
                      + ["re-check 0", "re-check 1"])
+
+
+def test_sustained_protocol_reports_the_planted_times_against_the_winning_layout(simulate):
+    """Turns of back-to-back replays read the planted per-launch times; cuBLAS's figure is
+    the layout that won the kernel protocol (TN), as for cold and call."""
+    sim = simulate(candidate_us=5.0)
+    _, r = _run(sim, protocols=("kernel", "sustained"), sustained_s=1e-4, sustained_rounds=2)
+    assert r.ok and r.sustained_us == pytest.approx(5.0)
+    assert r.cublas_sustained_us == pytest.approx(TN_US)
+    assert r.sustained_speedup == pytest.approx(TN_US / 5.0)
+
+
+def test_sustained_turn_runs_for_the_asked_seconds(simulate):
+    sim = simulate(candidate_us=5.0)
+    g = timing.graph(timing.repeat(lambda: sim.gemm(5.0, lambda: None, True), 4), None)
+    before = sim.clock
+    assert timing._sustained_us(g, 4, 1e-3) == pytest.approx(5.0)
+    assert sim.clock - before >= 1e3  # 1 ms of back-to-back replays, in us
