@@ -23,7 +23,7 @@ import os
 import time
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gemmforge.search.records import ArtifactRecord, MeasureRequest, Result, replace
 from gemmforge.search.supervisor import STARTUP_TIMEOUT_S, Pool, Supervised, Worker, WorkerError
@@ -195,14 +195,18 @@ def _groups(requests: Sequence[MeasureRequest]) -> list[list[int]]:
 
 def measure(requests: Sequence[MeasureRequest], *, target_sm: int | None = None,
             builders: BuilderPool | None = None, runner: DeviceRunner | None = None,
-            progress: bool = True) -> list[Result]:
+            progress: bool = True,
+            on_results: Callable[[list[int], list[Result]], None] | None = None
+            ) -> list[Result]:
     """Build and measure every request; one Result per request, in order. Builds run in
     parallel; requests that share a problem and settings are timed together once all of
     their builds are done (BenchSettings.interleave; DeviceRunner.submit_group), any other
     as soon as its build is. `target_sm` defaults to the runner's device. Pools passed in
     stay open; pools made here close. Raises WorkerError only when asking the runner for
     its device fails (no GPU, a broken driver): that is no program's fault, so it is not
-    dressed up as a failed Result."""
+    dressed up as a failed Result. `on_results(indices, results)`, if given, is called as
+    results land (a failed build alone, a timed group at once), so a caller can store each
+    before the batch ends."""
     from tqdm import tqdm
     own_builders, own_runner = builders is None, runner is None
     builders, runner = builders or BuilderPool(), runner or DeviceRunner()
@@ -220,6 +224,8 @@ def measure(requests: Sequence[MeasureRequest], *, target_sm: int | None = None,
                 if built[i].failure is not None:
                     results[i] = built[i].failure
                     bar.update()
+                    if on_results is not None:
+                        on_results([i], [built[i].failure])
                 group = group_of[i]
                 if all(j in built for j in group):
                     ready = [j for j in group if built[j].failure is None]
@@ -228,9 +234,12 @@ def measure(requests: Sequence[MeasureRequest], *, target_sm: int | None = None,
                             [requests[j] for j in ready], [built[j].artifact for j in ready],
                             [built[j].build_s for j in ready])] = ready
             for done in as_completed(runs):
-                for j, result in zip(runs[done], done.result()):
+                landed = done.result()
+                for j, result in zip(runs[done], landed):
                     results[j] = result
                     bar.update()
+                if on_results is not None:
+                    on_results(list(runs[done]), list(landed))
         return results
     finally:
         if own_builders:

@@ -29,6 +29,7 @@ COMMANDS = (
     "gemmforge.cli.bench",     # bench
     "gemmforge.cli.train",     # train-policy
     "gemmforge.cli.train_llm", # train-llm
+    "gemmforge.cli.campaign",  # campaign
 )
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]

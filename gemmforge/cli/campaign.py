@@ -1,0 +1,173 @@
+"""`gemmforge campaign`: tune the 1,000 grid shapes across many device calls (search.campaign).
+
+    gemmforge campaign --storage campaign_h100.db --max-seconds 480        # first call
+    gemmforge campaign --storage campaign_h100.db --max-seconds 540        # each later call
+    gemmforge campaign --storage campaign_h100.db --status                 # where it stands
+    gemmforge campaign --storage campaign_h100.db --report grid_h100 --report-dir benchmarks/results
+    gemmforge campaign --storage c.db --shapes sample:20 --replay synthetic   # no GPU
+
+The storage file is the whole campaign: it travels between calls and sessions. The first
+run's settings (the options below that default to "as stored") are kept in it, so a
+resume needs only --storage and --max-seconds. Every run prints a summary: measurements
+per pass, this run's candidates per second, shapes confirmed, the ETA of the rest.
+`--report NAME` writes the grid report from the store instead of measuring
+(search.grid_report: NAME.csv, NAME_decades.csv, NAME.png).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+STORED = {  # option -> default, kept in the store by the first run
+    "shapes": "grid", "layout": "nn", "acc": "f32", "backends": "cuda_wgmma,triton",
+    "per_backend": 8, "per_shape": 40, "portfolio": None, "chunk": 96, "threshold": 1.0,
+    "search_budget": 16, "search_batch": 8, "policy": "heuristic", "top": 3,
+    "sustained_seconds": 1.0, "seed": 0,
+}
+DEFAULT_LISTS = ("large=benchmarks/programs/hopper_population.txt",)
+
+
+def resolve_options(args, stored: dict | None) -> dict:
+    """The run's options: those given on the command line, else the store's, else the
+    defaults (STORED); --portfolio defaults to DEFAULT_LISTS where those files exist."""
+    out = dict(STORED)
+    out.update(stored or {})
+    out.update({k: getattr(args, k) for k in STORED if getattr(args, k) is not None})
+    if out["portfolio"] is None:
+        out["portfolio"] = [spec for spec in DEFAULT_LISTS
+                            if Path(spec.split("=", 1)[1]).is_file()]
+    return out
+
+
+def settings_from(options: dict):
+    """A campaign.CampaignSettings from resolved options (UsageError if one is bad)."""
+    from gemmforge.cli.common import UsageError
+    from gemmforge.search.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
+    from gemmforge.search.portfolio import Portfolio
+    from gemmforge.search.records import replace
+    lists = []
+    for spec in options["portfolio"]:
+        cls, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            raise UsageError(f"--portfolio {spec!r}: want CLASS=FILE (small, medium, large "
+                             f"or all) with an existing file")
+        lists.append((cls, path))
+    try:
+        portfolio = Portfolio(tuple(options["backends"].split(",")), options["per_backend"],
+                              tuple(lists), options["per_shape"])
+        return CampaignSettings(
+            portfolio=portfolio, chunk=options["chunk"], threshold=options["threshold"],
+            search_budget=options["search_budget"], search_batch=options["search_batch"],
+            policy=options["policy"], top=options["top"], seed=options["seed"],
+            confirm_bench=CONFIRM_BENCH, sustained_bench=replace(
+                SUSTAINED_BENCH, sustained_s=options["sustained_seconds"]))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def make_runner(args):
+    """The replayed runner (--replay) or the GPU's."""
+    from gemmforge.search.campaign_runners import GridRunner, ReplayGridRunner
+    if args.replay:
+        from gemmforge.search.replay import ReplayRunner
+        records = None if args.replay == "synthetic" else args.replay
+        return ReplayGridRunner(ReplayRunner(records, device=args.replay_device,
+                                             delay_s=args.replay_delay))
+    from gemmforge.search.records import BenchSettings
+    return GridRunner(0, builders=args.builders, settings=BenchSettings(protocols=("kernel",)))
+
+
+def cmd_campaign(args) -> int:
+    from gemmforge.cli.common import UsageError
+    from gemmforge.search.campaign import PASSES, Campaign
+    from gemmforge.search.campaign_store import CampaignStore
+    from gemmforge.search.shapes import parse_shapes
+    started = time.monotonic()
+    passes = tuple(p for p in args.passes.split(",") if p)
+    if set(passes) - set(PASSES):
+        raise UsageError(f"--passes: {args.passes!r}; use a comma list of {', '.join(PASSES)}")
+    store = CampaignStore(args.storage)
+    options = resolve_options(args, store.get("options"))
+    settings = settings_from(options)
+    problems = parse_shapes(options["shapes"], options["layout"], options["acc"])
+    if args.report:
+        return _report(store, problems, settings, args)
+    runner = None if args.status else make_runner(args)
+    try:
+        campaign = Campaign(store, runner or _StatusRunner(store), problems, settings,
+                            progress=not args.quiet,
+                            log=lambda line: print(line, file=sys.stderr, flush=True))
+        if args.status:
+            print(json.dumps(campaign.status(), indent=1))
+            return 0
+        store.put("options", options)
+        if store.get("command") is None:
+            store.put("command", "gemmforge " + " ".join(sys.argv[1:]))
+        summary = campaign.run(args.max_seconds, passes, started)
+    finally:
+        if runner is not None:
+            runner.close()
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+class _StatusRunner:
+    """A runner that measures nothing: --status reads the store alone."""
+
+    def __init__(self, store):
+        self.device = store.get("device", "")
+        from gemmforge.search.runners import archs_for_sm
+        self.archs = archs_for_sm(90)
+
+
+def _report(store, problems, settings, args) -> int:
+    from gemmforge.search.campaign import Campaign
+    from gemmforge.search.grid_report import write_grid_report
+    campaign = Campaign(store, _StatusRunner(store), problems, settings, progress=False)
+    command = store.get("command", "gemmforge campaign")
+    for path in write_grid_report(campaign, args.report, Path(args.report_dir), command):
+        print(f"wrote {path}")
+    return 0
+
+
+def add_to(sub) -> None:
+    """Add `campaign` to the gemmforge parser."""
+    c = sub.add_parser("campaign", help="tune the 1,000 grid shapes, resumable (portfolio, "
+                                        "search, confirmation)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--storage", required=True, help="the campaign's SQLite file (travels)")
+    c.add_argument("--max-seconds", type=float, help="end cleanly before this many seconds")
+    c.add_argument("--passes", default="build,portfolio,search,confirm",
+                   help="which passes, in order (default: all)")
+    c.add_argument("--status", action="store_true", help="print where it stands; measure nothing")
+    c.add_argument("--report", help="write the grid report NAME.csv/.png (no measuring)")
+    c.add_argument("--report-dir", default=".", help="folder for --report (default: here)")
+    c.add_argument("--shapes", help="grid (default), sample:N[:SEED], MxNxK,... or @file")
+    c.add_argument("--layout", help="nn (default) or nt")
+    c.add_argument("--acc", help="f32 (default) or f16")
+    c.add_argument("--backends", help="whose heuristic proposals enter the portfolio "
+                                      "(default cuda_wgmma,triton)")
+    c.add_argument("--per-backend", type=int, help="heuristic proposals per backend (8)")
+    c.add_argument("--per-shape", type=int, help="portfolio programs per shape at most (40)")
+    c.add_argument("--portfolio", action="append", metavar="CLASS=FILE",
+                   help="a program list for a shape class (small, medium, large, all); "
+                        f"repeatable (default: {', '.join(DEFAULT_LISTS)})")
+    c.add_argument("--chunk", type=int, help="portfolio candidates per batch (96)")
+    c.add_argument("--threshold", type=float, help="search where the portfolio's best is "
+                                                   "below this x cuBLAS (1.0)")
+    c.add_argument("--search-budget", type=int, help="search candidates per weak shape (16)")
+    c.add_argument("--search-batch", type=int, help="the tuner's batch (8)")
+    c.add_argument("--policy", help="the search's policy (heuristic)")
+    c.add_argument("--top", type=int, help="contenders per confirmation (3)")
+    c.add_argument("--sustained-seconds", type=float,
+                   help="seconds per sustained turn in the large class's confirmation (1.0)")
+    c.add_argument("--seed", type=int, help="sampler seed (0)")
+    c.add_argument("--builders", type=int, help="build processes (default: the CPU count)")
+    c.add_argument("--replay", help="answer from a record file or 'synthetic' (no GPU)")
+    c.add_argument("--replay-device", default="replay", help=argparse.SUPPRESS)
+    c.add_argument("--replay-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.set_defaults(run=cmd_campaign)

@@ -1,0 +1,390 @@
+"""The grid campaign: every grid shape tuned, resumable from one small SQLite file.
+
+    store = CampaignStore("campaign.db")
+    campaign = Campaign(store, GridRunner(), problems, CampaignSettings(portfolio=...))
+    summary = campaign.run(max_seconds=480)          # ends cleanly; run again to resume
+
+Passes, each over every shape before the next starts:
+  build ...... the portfolio's programs, each built once, in parallel (search.measure's
+               builder pool; the artifact cache serves every later request). A program
+               that fails to build is recorded failed at every shape it was planned for.
+  portfolio .. at each shape, its planned programs (search.portfolio) timed as one group
+               beside cuBLAS, kernel protocol only, several shapes per batch so builds and
+               timing overlap (search.measure); each shape's group stored as it lands.
+  search ..... where the portfolio's best is below `threshold` x cuBLAS: search.tuner's
+               optuna study + policy, `search_budget` more candidates; the study lives in
+               the same file and starts with the portfolio's results as its trials.
+  confirm .... each shape's best `top` distinct programs (and the last winner) timed again
+               in a fresh group beside cuBLAS with the kernel, cold and call protocols,
+               re-gated after timing (search.bench: a wrong output is a failed Result, never
+               a winner); the large class (2mnk >= 1e11) also in the sustained protocol,
+               and there the winner is the best under sustained load. A round is stored
+               whole or not at all; it is repeated only when the contenders change.
+A shape's winner is its latest confirmation round's best ok result.
+
+Resume: the store says what is done (search.campaign_store); a killed run loses only the
+groups in flight, and nothing recorded is measured again. `max_seconds` ends a run before
+the next unit of work (a batch, a shape's search, a shape's confirmation) that the measured
+seconds per candidate say would not fit. One campaign process per store file (a lock).
+"""
+from __future__ import annotations
+
+import fcntl
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from gemmforge.ir.program import Problem
+from gemmforge.search.campaign_store import CampaignStore
+from gemmforge.search.portfolio import Portfolio, shape_class
+from gemmforge.search.records import BenchSettings, Result
+
+PASSES = ("build", "portfolio", "search", "confirm")
+PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
+                                graph_us=1000.0)
+CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call"), rounds=10)
+SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "sustained"))
+GUESS_S = {"portfolio": 0.05, "search": 0.25, "confirm": 1.0, "confirm_large": 8.0}
+"""Seconds per candidate assumed for a pass until the store has measured its own."""
+BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    """portfolio: what the portfolio pass times (search.portfolio); chunk: candidates per
+    portfolio batch (whole shapes); threshold: the search pass tunes shapes whose
+    portfolio best is below it (x cuBLAS); search_budget / search_batch / policy: the
+    tuner's extra candidates per such shape, its batch, its policy (policy.registry's
+    POLICIES); top: contenders per confirmation; seed: the studies' sampler seed."""
+
+    portfolio: Portfolio = field(default_factory=Portfolio)
+    chunk: int = 96
+    threshold: float = 1.0
+    search_budget: int = 16
+    search_batch: int = 8
+    policy: str = "heuristic"
+    top: int = 3
+    seed: int = 0
+    portfolio_bench: BenchSettings = PORTFOLIO_BENCH
+    confirm_bench: BenchSettings = CONFIRM_BENCH
+    sustained_bench: BenchSettings = SUSTAINED_BENCH
+
+
+class OutOfTime(Exception):
+    """The next unit of work would not fit in the run's time."""
+
+
+def ok(r: Result) -> bool:
+    return r.ok and not r.implausible and r.speedup is not None
+
+
+def selection_ratio(problem: Problem, r: Result) -> float:
+    """What a confirmation's winner is chosen by: the sustained ratio for the large class
+    where measured, else the kernel ratio (paired, L2 warm)."""
+    if shape_class(problem) == "large" and r.sustained_speedup is not None:
+        return r.sustained_speedup
+    return r.speedup
+
+
+class Campaign:
+    """One run of the campaign over `problems` on `runner` (campaign_runners), state in
+    `store`. `log(line)` gets progress lines; `progress` shows tqdm bars."""
+
+    def __init__(self, store: CampaignStore, runner, problems: Sequence[Problem],
+                 settings: CampaignSettings | None = None, progress: bool = True,
+                 log: Callable[[str], None] = print):
+        self.store, self.runner, self.log = store, runner, log
+        self.problems = sorted(problems, key=lambda p: (p.flops, p.m, p.n, p.k))
+        self.settings = settings or CampaignSettings()
+        self.progress = progress
+        self.counts: dict[str, list] = {}  # pass -> [candidates, seconds] of this run
+        self.deadline: float | None = None
+        self._guessed: set[str] = set()  # rates whose one unit on a guess went through
+
+    # the run -----------------------------------------------------------------------------
+    def run(self, max_seconds: float | None = None, passes: Sequence[str] = PASSES,
+            started: float | None = None) -> dict:
+        """Run `passes` in order until done or out of time; return a summary (status()).
+        `started` (time.monotonic()) is when the caller's clock began (worker start-up
+        counts against max_seconds)."""
+        started = time.monotonic() if started is None else started
+        self.deadline = None if max_seconds is None else started + max_seconds
+        with _locked(self.store.path):
+            self._check_device()
+            self.plan()
+            stopped = None
+            for name in passes:
+                try:
+                    getattr(self, f"_{name}")(started, max_seconds)
+                except OutOfTime as e:
+                    stopped = f"out of time before {e}"
+                    break
+            summary = self.status()
+            summary["stopped"] = stopped
+            summary["this_run"] = {k: {"candidates": c, "seconds": round(s, 1),
+                                       "per_second": round(c / s, 2) if s else None}
+                                   for k, (c, s) in self.counts.items()}
+            return summary
+
+    def _check_device(self) -> None:
+        device = self.store.get("device")
+        if device is None:
+            self.store.put("device", self.runner.device)
+        elif device != self.runner.device:
+            raise ValueError(f"the store {self.store.path} holds a campaign on {device!r}; "
+                             f"this runner is {self.runner.device!r} (use another --storage)")
+
+    def _fits(self, what: str, candidates: int, rate: str) -> None:
+        """Raise OutOfTime unless `candidates` more of pass `rate` fit before the deadline
+        at the rate measured so far. Until a rate is measured, one unit of work is let
+        through (the guess might never let the first one start)."""
+        if self.deadline is None:
+            return
+        if self.store.get(f"rate:{rate}") is None and rate not in self._guessed:
+            self._guessed.add(rate)
+            return
+        need = candidates * self.store.seconds_per_candidate(rate, GUESS_S[rate])
+        if time.monotonic() + need > self.deadline:
+            raise OutOfTime(what)
+
+    def _room(self, rate: str) -> float:
+        """Candidates of pass `rate` that fit before the deadline (inf without one)."""
+        if self.deadline is None:
+            return float("inf")
+        spc = self.store.seconds_per_candidate(rate, GUESS_S[rate])
+        return max(0.0, self.deadline - time.monotonic()) / spc
+
+    def _count(self, name: str, candidates: int, seconds: float, rate: str | None = None):
+        c, s = self.counts.get(name, [0, 0.0])
+        self.counts[name] = [c + candidates, s + seconds]
+        if candidates:
+            self.store.add_time(rate or name, candidates, seconds)
+
+    def _bar(self, total: int, desc: str):
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, disable=not self.progress, unit="cand")
+
+    # planning --------------------------------------------------------------------------
+    def plan(self) -> None:
+        """Plan the portfolio pass at every shape not planned with these settings."""
+        signature = self.settings.portfolio.signature()
+        planned = set(self.store.get("planned", {}).get(signature, []))
+        todo = [p for p in self.problems if str(p) not in planned]
+        for problem in todo:
+            self.store.plan(problem, "portfolio",
+                            self.settings.portfolio.programs_for(problem, self.runner.archs))
+        if todo:
+            plans = self.store.get("planned", {})
+            plans[signature] = sorted(planned | {str(p) for p in todo})
+            self.store.put("planned", plans)
+            self.log(f"planned the portfolio at {len(todo)} shapes")
+
+    # build -----------------------------------------------------------------------------
+    def _build(self, started: float, max_seconds: float | None) -> None:
+        failed = self.store.get("build_failed", {})
+        jobs: dict[str, Problem] = {}
+        for problem in self.problems:
+            for text in self.store.pending(problem, "portfolio"):
+                if text not in failed:
+                    jobs.setdefault(text, problem)
+        if not jobs:
+            return
+        until = None if max_seconds is None else min(
+            self.deadline, started + BUILD_SHARE * max_seconds)
+        start = time.monotonic()
+        with self._bar(len(jobs), "build") as bar:
+            def on_built(text: str, failure: str | None, build_s: float) -> None:
+                bar.update()
+                if failure is not None:
+                    failed[text] = failure[:400]
+                    self.store.put("build_failed", failed)
+            done = self.runner.build(list(jobs.items()), until, on_built)
+        self._count("build", done, time.monotonic() - start)
+        self.log(f"build: {done} of {len(jobs)} programs in {time.monotonic() - start:.0f} s "
+                 f"({sum(t in failed for t in jobs)} failed)")
+        self._record_build_failures(failed)
+
+    def _record_build_failures(self, failed: dict[str, str]) -> None:
+        """A program that failed to build is a failed portfolio result at every shape."""
+        for problem in self.problems:
+            texts = [t for t in self.store.pending(problem, "portfolio") if t in failed]
+            if texts:
+                self.store.record(problem, "portfolio", [Result(
+                    t, problem.m, problem.n, problem.k, str(problem.layout), str(problem.acc),
+                    status="failed", kind="compile", message=f"build: {failed[t]}")
+                    for t in texts])
+
+    # portfolio -------------------------------------------------------------------------
+    def _portfolio(self, started: float, max_seconds: float | None) -> None:
+        todo = [(p, self.store.pending(p, "portfolio")) for p in self.problems]
+        todo = [(p, programs) for p, programs in todo if programs]
+        total = sum(len(programs) for _, programs in todo)
+        if not total:
+            return
+        with self._bar(total, "portfolio") as bar:
+            while todo:
+                chunk, size = [], 0
+                limit = min(self.settings.chunk, self._room("portfolio"))
+                while todo and (not chunk or size + len(todo[0][1]) <= limit):
+                    chunk.append(todo.pop(0))
+                    size += len(chunk[-1][1])
+                self._fits(f"the portfolio at {chunk[0][0]}", size, "portfolio")
+                start = time.monotonic()
+
+                def on_group(problem: Problem, results: list[Result]) -> None:
+                    self.store.record(problem, "portfolio", results)
+                    bar.update(len(results))
+                self.runner.measure_groups(chunk, self.settings.portfolio_bench, on_group,
+                                           self.settings.seed)
+                self._count("portfolio", size, time.monotonic() - start)
+                bar.set_postfix_str(f"campaign ETA {_hms(self.eta_s())}")
+
+    # search ----------------------------------------------------------------------------
+    def weak(self) -> list[Problem]:
+        """Shapes whose portfolio best is below the threshold (or has none that is ok)."""
+        out = []
+        for p in self.problems:
+            best = self.measured_best(p, ("portfolio",))
+            if not best or best[0].speedup < self.settings.threshold:
+                out.append(p)
+        return out
+
+    def _search(self, started: float, max_seconds: float | None) -> None:
+        from gemmforge.search.campaign_search import SearchPass
+        todo = [p for p in self.weak() if not self.store.is_done(p, "search")
+                and not self.store.pending(p, "portfolio")]
+        if not todo or self.settings.search_budget < 1:
+            return
+        search = SearchPass(self.store, self.runner, self.settings)
+        with self._bar(len(todo) * self.settings.search_budget, "search") as bar:
+            for problem in todo:
+                self._fits(f"the search at {problem}", self.settings.search_budget, "search")
+                start = time.monotonic()
+                measured = search.tune(problem)
+                self._count("search", measured, time.monotonic() - start)
+                bar.update(self.settings.search_budget)
+                bar.set_postfix_str(f"campaign ETA {_hms(self.eta_s())}")
+
+    # confirm ---------------------------------------------------------------------------
+    def measured_best(self, problem: Problem,
+                      passes: Sequence[str] = ("portfolio", "search")) -> list[Result]:
+        """The ok results of `passes` at `problem`, best first, one per program; programs
+        that failed a confirmation (a re-gate) are left out."""
+        failed = {r.program for r in self.store.results(problem, "confirm") if not r.ok}
+        best: dict[str, Result] = {}
+        for pass_name in passes:
+            for r in self.store.results(problem, pass_name):
+                if ok(r) and r.program not in failed and (
+                        r.program not in best or r.speedup > best[r.program].speedup):
+                    best[r.program] = r
+        return sorted(best.values(), key=lambda r: r.speedup, reverse=True)
+
+    def contenders(self, problem: Problem) -> list[str]:
+        """The confirmation's programs: the best `top`, then the last winner."""
+        programs = [r.program for r in self.measured_best(problem)[:self.settings.top]]
+        incumbent = self.winner(problem)
+        if programs and incumbent is not None and incumbent.program not in programs:
+            programs.append(incumbent.program)
+        return programs
+
+    def winner(self, problem: Problem) -> Result | None:
+        """The best ok result of the shape's latest confirmation round, or None."""
+        last = self.store.last_round(problem, "confirm")
+        if last is None:
+            return None
+        good = [r for r in self.store.results(problem, "confirm", last) if ok(r)]
+        return max(good, key=lambda r: selection_ratio(problem, r), default=None)
+
+    def needs_confirmation(self, problem: Problem) -> list[str]:
+        """The contenders, if they are not all in the latest round; else []."""
+        if self.store.pending(problem, "portfolio") or (
+                problem in self._weak_set() and not self.store.is_done(problem, "search")
+                and self.settings.search_budget > 0):
+            return []  # earlier passes are not through at this shape
+        programs = self.contenders(problem)
+        last = self.store.last_round(problem, "confirm")
+        if last is not None and set(programs) <= {
+                r.program for r in self.store.results(problem, "confirm", last)}:
+            return []
+        return programs
+
+    def _weak_set(self) -> set:
+        if not hasattr(self, "_weak_cache"):
+            self._weak_cache = set(self.weak())
+        return self._weak_cache
+
+    def _confirm(self, started: float, max_seconds: float | None) -> None:
+        self.__dict__.pop("_weak_cache", None)
+        todo = [(p, c) for p in self.problems if (c := self.needs_confirmation(p))]
+        if not todo:
+            return
+        with self._bar(sum(len(c) for _, c in todo), "confirm") as bar:
+            for problem, programs in todo:
+                large = shape_class(problem) == "large"
+                rate = "confirm_large" if large else "confirm"
+                self._fits(f"the confirmation at {problem}", len(programs), rate)
+                bench = self.settings.sustained_bench if large else self.settings.confirm_bench
+                round_ = (self.store.last_round(problem, "confirm") or 0) + 1
+                start = time.monotonic()
+
+                def on_group(p: Problem, results: list[Result]) -> None:
+                    self.store.record(p, "confirm", results, round_, done=True)
+                    bar.update(len(results))
+                self.runner.measure_groups([(problem, programs)], bench, on_group,
+                                           self.settings.seed + 1000 * round_)
+                self._count("confirm", len(programs), time.monotonic() - start, rate)
+
+    # status ----------------------------------------------------------------------------
+    def status(self) -> dict:
+        """Counts per pass, shapes with a winner, the ETA of what remains (seconds)."""
+        winners = sum(self.winner(p) is not None for p in self.problems)
+        return {"shapes": len(self.problems), "confirmed": winners,
+                "measurements": {name: self.store.count(name)
+                                 for name in ("portfolio", "search", "confirm")},
+                "portfolio_pending": self.store.count_pending("portfolio"),
+                "eta_s": round(self.eta_s()), "storage": str(self.store.path)}
+
+    def eta_s(self) -> float:
+        """Seconds the rest of the campaign should take at the rates measured so far (the
+        search share of unmeasured shapes assumed as among measured ones)."""
+        spc = {k: self.store.seconds_per_candidate(k, v) for k, v in GUESS_S.items()}
+        pending = self.store.count_pending("portfolio")
+        through = [p for p in self.problems if not self.store.pending(p, "portfolio")]
+        weak_all = set(self.weak()) if through else set()
+        weak = [p for p in through if p in weak_all]
+        share = len(weak) / len(through) if through else 0.5
+        unsearched = sum(not self.store.is_done(p, "search") for p in weak) + \
+            share * (len(self.problems) - len(through))
+        unconfirmed = [p for p in self.problems if self.store.last_round(p, "confirm") is None]
+        large = sum(shape_class(p) == "large" for p in unconfirmed)
+        top = self.settings.top
+        return (pending * spc["portfolio"] + unsearched * self.settings.search_budget
+                * spc["search"] + (len(unconfirmed) - large) * top * spc["confirm"]
+                + large * top * spc["confirm_large"])
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class _locked:
+    """An exclusive lock on <store>.lock for the run (the kernel drops it if the process
+    dies): two campaigns never write one store at once."""
+
+    def __init__(self, path: Path):
+        self.path = Path(f"{path}.lock")
+
+    def __enter__(self):
+        self._f = self.path.open("w")
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._f.close()
+            raise RuntimeError(f"another campaign is running on {self.path.stem}") from None
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._f, fcntl.LOCK_UN)
+        self._f.close()

@@ -1,0 +1,180 @@
+"""The grid campaign's state: one SQLite file that travels between machines and sessions.
+
+    store = CampaignStore("campaign.db")
+    store.plan(problem, "portfolio", programs)             # what a pass will measure
+    store.pending(problem, "portfolio")                     # planned, not yet measured
+    store.record(problem, "portfolio", results)             # one transaction per call
+
+Tables (sqlite3 from the standard library; the search pass's optuna studies live in the
+same file, in optuna's own tables):
+  meta(key, value) ............ the device, the settings, throughput counters (JSON values);
+  plan(problem, pass, program)  what a pass measures at a shape (INSERT OR IGNORE: planning
+                                again adds only what is new);
+  measurements ................ one row per (problem, pass, round, program): the Result as
+                                JSON, its status and its speedup; UNIQUE, so a measurement is
+                                recorded once and never replaced;
+  done(problem, pass, round) .. a pass finished at a shape (search, confirm rounds).
+Every write is one transaction, committed before the call returns: a process killed at any
+moment leaves whole measurements or none. A measurement in flight at the kill is not in the
+file and is measured on resume; a recorded one is never measured again.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from gemmforge.ir.program import Problem
+from gemmforge.search.records import Result
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS plan (
+    problem TEXT NOT NULL, pass TEXT NOT NULL, program TEXT NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (problem, pass, program));
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, problem TEXT NOT NULL, pass TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 0, program TEXT NOT NULL, status TEXT NOT NULL,
+    speedup REAL, result TEXT NOT NULL, at REAL NOT NULL,
+    UNIQUE (problem, pass, round, program));
+CREATE TABLE IF NOT EXISTS done (
+    problem TEXT NOT NULL, pass TEXT NOT NULL, round INTEGER NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT '', at REAL NOT NULL, PRIMARY KEY (problem, pass, round));
+"""
+SQLITE_TIMEOUT_S = 60
+
+
+class CampaignStore:
+    """The campaign's SQLite file at `path` (created with its tables if missing)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=SQLITE_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # a commit survives a killed process
+        self._db.executescript(SCHEMA)
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of the same file (optuna's studies go there)."""
+        return f"sqlite:///{self.path.resolve()}"
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _write(self, statements: Iterable[tuple[str, tuple]]) -> None:
+        """Run `statements` as one transaction."""
+        with self._db:  # commits, or rolls back on an exception
+            self._db.execute("BEGIN IMMEDIATE")
+            for sql, args in statements:
+                self._db.execute(sql, args)
+
+    # meta ------------------------------------------------------------------------------
+    def get(self, key: str, default=None):
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def put(self, key: str, value) -> None:
+        self._write([("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))])
+
+    def add_time(self, name: str, candidates: int, seconds: float) -> None:
+        """Add to the throughput counter `name`: [candidates, seconds]."""
+        count, total = self.get(f"rate:{name}", [0, 0.0])
+        self.put(f"rate:{name}", [count + candidates, total + seconds])
+
+    def seconds_per_candidate(self, name: str, default: float) -> float:
+        count, total = self.get(f"rate:{name}", [0, 0.0])
+        return total / count if count else default
+
+    # plan ------------------------------------------------------------------------------
+    def plan(self, problem: Problem, pass_name: str, programs: Sequence[str]) -> None:
+        """Add `programs` to what `pass_name` measures at `problem` (kept in first-planned
+        order; programs already planned stay where they are)."""
+        key = str(problem)
+        start = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM plan WHERE problem = ? "
+                                 "AND pass = ?", (key, pass_name)).fetchone()[0]
+        self._write([("INSERT OR IGNORE INTO plan VALUES (?, ?, ?, ?)",
+                      (key, pass_name, p, start + i)) for i, p in enumerate(programs)])
+
+    def planned(self, problem: Problem, pass_name: str) -> list[str]:
+        return [r[0] for r in self._db.execute(
+            "SELECT program FROM plan WHERE problem = ? AND pass = ? ORDER BY seq",
+            (str(problem), pass_name))]
+
+    def pending(self, problem: Problem, pass_name: str) -> list[str]:
+        """Planned programs of the pass with no measurement yet, in plan order."""
+        return [r[0] for r in self._db.execute(
+            "SELECT p.program FROM plan p WHERE p.problem = ? AND p.pass = ? AND NOT EXISTS "
+            "(SELECT 1 FROM measurements m WHERE m.problem = p.problem AND m.pass = p.pass "
+            "AND m.program = p.program) ORDER BY p.seq", (str(problem), pass_name))]
+
+    def count_pending(self, pass_name: str) -> int:
+        return self._db.execute(
+            "SELECT COUNT(*) FROM plan p WHERE p.pass = ? AND NOT EXISTS (SELECT 1 FROM "
+            "measurements m WHERE m.problem = p.problem AND m.pass = p.pass AND m.program = "
+            "p.program)", (pass_name,)).fetchone()[0]
+
+    # measurements ----------------------------------------------------------------------
+    def record(self, problem: Problem, pass_name: str, results: Sequence[Result],
+               round_: int = 0, done: bool = False) -> int:
+        """Store `results` (one transaction; with `done`, the round's done mark in the same
+        one); a (problem, pass, round, program) already recorded is kept as it is. Returns
+        how many rows were new."""
+        before = self._db.total_changes
+        now = time.time()
+        statements = [("INSERT OR IGNORE INTO measurements (problem, pass, round, program, "
+                       "status, speedup, result, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (str(problem), pass_name, round_, r.program, r.status, r.speedup,
+                        r.to_json(), now)) for r in results]
+        if done:
+            statements.append(("INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?)",
+                               (str(problem), pass_name, round_, "", now)))
+        self._write(statements)
+        return self._db.total_changes - before - int(done)
+
+    def results(self, problem: Problem | None = None, pass_name: str | None = None,
+                round_: int | None = None) -> list[Result]:
+        """Recorded Results (in the order recorded), filtered by what is given."""
+        where, args = [], []
+        for column, value in (("problem", None if problem is None else str(problem)),
+                              ("pass", pass_name), ("round", round_)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        sql = "SELECT result FROM measurements" + (" WHERE " + " AND ".join(where)
+                                                   if where else "") + " ORDER BY id"
+        return [Result.from_json(r[0]) for r in self._db.execute(sql, args)]
+
+    def rows(self) -> list[tuple[str, str, int, str]]:
+        """(problem, pass, round, program) of every measurement, in the order recorded."""
+        return list(self._db.execute(
+            "SELECT problem, pass, round, program FROM measurements ORDER BY id"))
+
+    def count(self, pass_name: str | None = None) -> int:
+        sql, args = "SELECT COUNT(*) FROM measurements", ()
+        if pass_name is not None:
+            sql, args = sql + " WHERE pass = ?", (pass_name,)
+        return self._db.execute(sql, args).fetchone()[0]
+
+    # done marks ------------------------------------------------------------------------
+    def mark_done(self, problem: Problem, pass_name: str, round_: int = 0,
+                  note: str = "") -> None:
+        self._write([("INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?)",
+                      (str(problem), pass_name, round_, note, time.time()))])
+
+    def is_done(self, problem: Problem, pass_name: str, round_: int | None = None) -> bool:
+        sql = "SELECT 1 FROM done WHERE problem = ? AND pass = ?"
+        args: tuple = (str(problem), pass_name)
+        if round_ is not None:
+            sql, args = sql + " AND round = ?", (*args, round_)
+        return self._db.execute(sql, args).fetchone() is not None
+
+    def last_round(self, problem: Problem, pass_name: str) -> int | None:
+        """The highest round of `pass_name` marked done at `problem`, or None."""
+        row = self._db.execute("SELECT MAX(round) FROM done WHERE problem = ? AND pass = ?",
+                               (str(problem), pass_name)).fetchone()
+        return row[0]

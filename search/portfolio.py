@@ -1,0 +1,95 @@
+"""The campaign's portfolio: which built programs are timed at which grid shape.
+
+    portfolio = Portfolio(backends=("cuda_wgmma", "triton"),
+                          lists=(("large", "benchmarks/programs/hopper_population.txt"),))
+    portfolio.programs_for(problem, archs)      # program texts, best guesses first
+
+Programs are shape-generic (m, n, k are launch arguments; every grid shape is a multiple
+of 64, so one build serves them all), so a few hundred builds serve the 1,000 shapes. The
+cheap filter is the shape class (by FLOPs, 2mnk): a shape gets the heuristic's proposals
+for it (`per_backend` per backend, legal by construction), then the programs of the lists
+given for its class (or for "all") that pass ir.verify there, in list order, up to
+`per_shape` in all. Lists are program files, one text per line, '#' comments.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from gemmforge.ir.program import Arch, Problem
+
+LARGE_FLOPS = 1e11   # the large class (issue 4's 187 grid shapes): sustained load matters
+MEDIUM_FLOPS = 1e9   # below: a call is mostly launch and host time
+CLASSES = ("small", "medium", "large")
+
+
+def shape_class(problem: Problem) -> str:
+    """'large' (2mnk >= 1e11), 'medium' (>= 1e9) or 'small'."""
+    if problem.flops >= LARGE_FLOPS:
+        return "large"
+    return "medium" if problem.flops >= MEDIUM_FLOPS else "small"
+
+
+def read_programs(path: Path | str) -> list[str]:
+    """Program texts of a list file, in order, comments and blank lines skipped,
+    each in canonical text form (ir.IRError for a line that doesn't parse)."""
+    from gemmforge.ir.text import parse
+    lines = Path(path).read_text().splitlines()
+    return [str(parse(line)) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+@dataclass(frozen=True)
+class Portfolio:
+    """backends: whose heuristic proposals enter; per_backend: proposals per backend and
+    shape; lists: (class or "all", program file) pairs; per_shape: the cap per shape."""
+
+    backends: tuple[str, ...] = ("cuda_wgmma", "triton")
+    per_backend: int = 8
+    lists: tuple[tuple[str, str], ...] = ()
+    per_shape: int = 40
+    _programs: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        for cls, _ in self.lists:
+            if cls not in (*CLASSES, "all"):
+                raise ValueError(f"portfolio list class {cls!r}: use one of "
+                                 f"{', '.join((*CLASSES, 'all'))}")
+        if self.per_backend < 0 or self.per_shape < 1:
+            raise ValueError("per_backend must be >= 0 and per_shape >= 1")
+
+    def listed(self, cls: str) -> list[str]:
+        """The listed programs for shape class `cls`, in list order, once each."""
+        if cls not in self._programs:
+            out: list[str] = []
+            for where, path in self.lists:
+                if where in (cls, "all"):
+                    out += [p for p in read_programs(path) if p not in out]
+            self._programs[cls] = out
+        return self._programs[cls]
+
+    def programs_for(self, problem: Problem, archs: Sequence[Arch]) -> list[str]:
+        """The programs to time at `problem` (texts; legal there, runnable on `archs`)."""
+        from gemmforge.ir.text import parse
+        from gemmforge.ir.verify import check
+        from gemmforge.policy.heuristic import HeuristicPolicy
+        out: list[str] = []
+        for backend in self.backends if self.per_backend else ():
+            policy = HeuristicPolicy(backend)  # on the device's preferred arch (sm_90a)
+            out += [t for t in (str(p) for p in policy.propose(problem, archs[0],
+                                                                self.per_backend))
+                    if t not in out]
+        for text in self.listed(shape_class(problem)):
+            program = parse(text)
+            if text not in out and program.arch in archs and check(program, problem) is None:
+                out.append(text)
+        return out[:self.per_shape]
+
+    def signature(self) -> str:
+        """A hash of everything that decides the plan: settings and the lists' contents
+        (a changed list plans its new programs at every shape again)."""
+        parts = [self.backends, self.per_backend, self.per_shape,
+                 [(c, Path(p).read_text()) for c, p in self.lists]]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]

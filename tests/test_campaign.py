@@ -1,0 +1,193 @@
+"""gemmforge.search.campaign on the replay runner: the passes, the store, selection under
+load, the re-gate, time limits, and a campaign killed at random moments that resumes with
+nothing recorded lost or measured again."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse
+from gemmforge.ir.verify import check
+from gemmforge.search.campaign import Campaign, selection_ratio
+from gemmforge.search.campaign_store import CampaignStore
+from gemmforge.search.portfolio import Portfolio, read_programs, shape_class
+from gemmforge.search.records import Result
+from tests.campaign_helpers import LARGE_LIST, ROOT, SHAPES, campaign, settings
+
+ARCHS = (Arch.SM90A, Arch.SM80)
+
+
+def _rows(db) -> list[tuple]:
+    store = CampaignStore(db)
+    try:
+        return store.rows()
+    finally:
+        store.close()
+
+
+def test_shape_classes_and_the_portfolio_filter():
+    assert shape_class(Problem(64, 64, 64)) == "small"
+    assert shape_class(Problem(1024, 1024, 1024)) == "medium"
+    assert shape_class(Problem(4096, 4096, 4096)) == "large"
+    portfolio = settings().portfolio
+    large, small = Problem(4096, 4096, 8192), Problem(64, 64, 64)
+    listed = read_programs(LARGE_LIST)
+    got = portfolio.programs_for(large, ARCHS)
+    assert len(got) == portfolio.per_shape and set(got) & set(listed)
+    got_small = portfolio.programs_for(small, ARCHS)
+    assert not set(got_small) & set(listed)  # a large-class list stays in its class
+    for problem, programs in ((large, got), (small, got_small)):
+        assert len(set(programs)) == len(programs)
+        assert all(check(parse(p), problem) is None for p in programs)
+    with pytest.raises(ValueError, match="class"):
+        Portfolio(lists=(("huge", str(LARGE_LIST)),))
+
+
+def test_store_records_once_and_a_round_with_its_done_mark(tmp_path):
+    store = CampaignStore(tmp_path / "c.db")
+    p = Problem(64, 64, 64)
+    store.plan(p, "portfolio", ["a", "b"])
+    store.plan(p, "portfolio", ["b", "c"])
+    assert store.planned(p, "portfolio") == ["a", "b", "c"]
+    first = Result("a", 64, 64, 64, kernel_us=2.0, cublas_us=2.0)
+    assert store.record(p, "portfolio", [first]) == 1
+    assert store.record(p, "portfolio", [Result("a", 64, 64, 64, kernel_us=1.0)]) == 0
+    assert store.results(p, "portfolio")[0].kernel_us == 2.0  # never replaced
+    assert store.pending(p, "portfolio") == ["b", "c"]
+    assert store.last_round(p, "confirm") is None
+    store.record(p, "confirm", [first], round_=1, done=True)
+    assert store.last_round(p, "confirm") == 1 and store.is_done(p, "confirm", 1)
+
+
+def test_a_campaign_runs_every_pass_and_a_second_run_measures_nothing(tmp_path):
+    db, bad = tmp_path / "c.db", tmp_path / "violations.jsonl"
+    c = campaign(db, bad)
+    summary = c.run()
+    shapes = len(SHAPES.split(","))
+    assert summary["stopped"] is None and summary["confirmed"] == shapes
+    assert summary["portfolio_pending"] == 0 and summary["eta_s"] == 0
+    rows = _rows(db)
+    assert len(rows) == len(set(rows))
+    planned = sum(len(c.store.planned(p, "portfolio")) for p in c.problems)
+    assert summary["measurements"]["portfolio"] == planned
+    weak = c.weak()
+    assert weak and summary["measurements"]["search"] == 2 * len(weak)
+    assert all(c.store.is_done(p, "search") for p in weak)
+    again = campaign(db, bad).run()
+    assert _rows(db) == rows and again["this_run"] == {}
+    assert not bad.exists()
+
+
+def test_the_large_class_is_won_under_sustained_load(tmp_path):
+    c = campaign(tmp_path / "c.db", tmp_path / "v.jsonl")
+    c.run()
+    large = [p for p in c.problems if shape_class(p) == "large"]
+    assert large
+    for p in c.problems:
+        last = c.store.results(p, "confirm", c.store.last_round(p, "confirm"))
+        winner = c.winner(p)
+        assert winner.program == max(last, key=lambda r: selection_ratio(p, r)).program
+        if p in large:
+            assert all(r.sustained_us and r.cublas_sustained_us for r in last)
+            assert winner.sustained_speedup == max(r.sustained_speedup for r in last)
+        else:
+            assert all(r.sustained_us is None for r in last)
+
+
+def test_a_program_that_fails_the_regate_is_never_the_winner(tmp_path):
+    db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
+    first = campaign(db, bad, shapes="1024x4096x64")
+    first.run()
+    p = first.problems[0]
+    champion = first.winner(p).program
+    c = campaign(tmp_path / "d.db", bad, shapes="1024x4096x64", wrong=[champion])
+    c.run()
+    assert c.winner(p).program != champion
+    assert champion not in [r.program for r in c.measured_best(p)]
+    assert champion not in c.contenders(p)
+
+
+def test_max_seconds_ends_cleanly_and_the_rest_resumes(tmp_path):
+    db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
+    whole = campaign(tmp_path / "whole.db", bad, search_budget=0)
+    whole.run()
+    runs, summary = 0, {"stopped": "not yet"}
+    while summary["stopped"] and runs < 40:
+        summary = campaign(db, bad, delay_s=0.03, search_budget=0).run(max_seconds=0.8)
+        runs += 1
+    assert runs >= 3 and summary["stopped"] is None
+    assert sorted(_rows(db)) == sorted(_rows(tmp_path / "whole.db"))
+    assert not bad.exists()
+
+
+def test_a_killed_campaign_resumes_with_nothing_lost_or_measured_twice(tmp_path):
+    """SIGKILL at random moments; each run resumes from the file. At the end every planned
+    measurement is recorded exactly once, as in a run never killed, and no run was ever
+    asked to measure what the file already held."""
+    db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
+    rng, kills = random.Random(7), 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for attempt in range(30):
+        proc = subprocess.Popen([sys.executable, "-m", "tests.campaign_helpers", str(db),
+                                 str(bad), "0.04"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if attempt < 6:
+            time.sleep(rng.uniform(1.0, 6.0))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+        out, err = proc.communicate(timeout=600)
+        if proc.returncode == 0:
+            summary = json.loads(out.strip().splitlines()[-1])
+            if summary["stopped"] is None and summary["confirmed"] == len(SHAPES.split(",")):
+                break
+    else:
+        pytest.fail(f"the campaign never finished: {err[-2000:]}")
+    assert kills >= 3
+    assert not bad.exists(), bad.read_text()
+    rows = _rows(db)
+    assert len(rows) == len(set(rows))
+    whole = campaign(tmp_path / "whole.db", tmp_path / "w.jsonl")
+    whole.run()
+    ref = _rows(tmp_path / "whole.db")
+    portfolio = sorted(r for r in rows if r[1] == "portfolio")
+    assert portfolio == sorted(r for r in ref if r[1] == "portfolio")
+    searched = Counter(r[0] for r in rows if r[1] == "search")
+    assert searched == Counter(r[0] for r in ref if r[1] == "search")
+    c = campaign(db, bad)
+    assert all(c.winner(p) is not None for p in c.problems)
+
+
+def test_cli_campaign_replayed_status_and_report(tmp_path, capsys):
+    from gemmforge.cli import main
+    db = tmp_path / "c.db"
+    args = ["campaign", "--storage", str(db), "--shapes", "64x64x64,4096x4096x8192",
+            "--replay", "synthetic", "--search-budget", "0", "--per-backend", "2",
+            "--quiet"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["confirmed"] == 2 and summary["this_run"]["portfolio"]["candidates"] > 0
+    assert main(["campaign", "--storage", str(db), "--status"]) == 0  # options from the file
+    assert json.loads(capsys.readouterr().out)["shapes"] == 2
+    assert main(["campaign", "--storage", str(db), "--report", "grid_t",
+                 "--report-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1e11 |" in out and (tmp_path / "grid_t.png").exists()
+    import csv
+    with (tmp_path / "grid_t.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert [r["regate"] for r in table] == ["ok", "ok"]
+    assert table[1]["selected_by"] == "sustained" and table[1]["cuda_l2_offline_vs_torch"]
+    with (tmp_path / "grid_t_decades.csv").open() as f:
+        decades = list(csv.DictReader(f))
+    assert [d["decade"] for d in decades] == ["1e5", "1e11", "all"]
+    assert main(["campaign", "--storage", str(db), "--passes", "nope"]) == 2
