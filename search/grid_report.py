@@ -67,8 +67,7 @@ def shape_rows(campaign) -> list[tuple[Result, dict]]:
             "shape_class": shape_class(problem), "confirmed": winner is not None,
             "regate": "ok" if winner is not None else "not confirmed",
             "selected_by": "sustained" if large and best.sustained_speedup else "kernel",
-            "cold_speedup": (best.cublas_cold_us / best.cold_us
-                             if best.cold_us and best.cublas_cold_us else None),
+            "cold_speedup": best.cold_speedup,
             "sustained_speedup": best.sustained_speedup,
             **{f"cuda_l2_{c}": published.get(c) for c in L2_COLUMNS}}))
     return out
