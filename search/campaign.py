@@ -29,10 +29,8 @@ seconds per candidate say would not fit. One campaign process per store file (a 
 """
 from __future__ import annotations
 
-import fcntl
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Sequence
 
 from gemmforge.ir.program import Problem
@@ -47,6 +45,7 @@ CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call"), rounds=10)
 SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "sustained"))
 GUESS_S = {"portfolio": 0.05, "search": 0.25, "confirm": 1.0, "confirm_large": 8.0}
 """Seconds per candidate assumed for a pass until the store has measured its own."""
+ETA_EVERY_S = 30.0
 BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run
 
 
@@ -100,6 +99,7 @@ class Campaign:
         self.progress = progress
         self.counts: dict[str, list] = {}  # pass -> [candidates, seconds] of this run
         self.deadline: float | None = None
+        self._eta_at = -ETA_EVERY_S
         self._guessed: set[str] = set()  # rates whose one unit on a guess went through
 
     # the run -----------------------------------------------------------------------------
@@ -110,7 +110,7 @@ class Campaign:
         counts against max_seconds)."""
         started = time.monotonic() if started is None else started
         self.deadline = None if max_seconds is None else started + max_seconds
-        with _locked(self.store.path):
+        with self.store.lock():
             self._check_device()
             self.plan()
             stopped = None
@@ -205,9 +205,13 @@ class Campaign:
                  f"({sum(t in failed for t in jobs)} failed)")
         self._record_build_failures(failed)
 
-    def _record_build_failures(self, failed: dict[str, str]) -> None:
-        """A program that failed to build is a failed portfolio result at every shape."""
-        for problem in self.problems:
+    def _record_build_failures(self, failed: dict[str, str],
+                               problems: Sequence[Problem] | None = None) -> None:
+        """A program that failed to build is a failed portfolio result at every shape (of
+        `problems`, default all) where it is pending."""
+        if not failed:
+            return
+        for problem in self.problems if problems is None else problems:
             texts = [t for t in self.store.pending(problem, "portfolio") if t in failed]
             if texts:
                 self.store.record(problem, "portfolio", [Result(
@@ -216,7 +220,15 @@ class Campaign:
                     for t in texts])
 
     # portfolio -------------------------------------------------------------------------
+    def _note_build_failures(self, results: Sequence[Result]) -> None:
+        """Programs that failed to build in a batch (the build pass ran out of time before
+        them): later shapes record the failure without building them again."""
+        failed = {r.program: r.message[:400] for r in results if r.kind == "compile"}
+        if failed:
+            self.store.put("build_failed", {**self.store.get("build_failed", {}), **failed})
+
     def _portfolio(self, started: float, max_seconds: float | None) -> None:
+        self._record_build_failures(self.store.get("build_failed", {}))
         todo = [(p, self.store.pending(p, "portfolio")) for p in self.problems]
         todo = [(p, programs) for p, programs in todo if programs]
         total = sum(len(programs) for _, programs in todo)
@@ -235,20 +247,22 @@ class Campaign:
                 def on_group(problem: Problem, results: list[Result]) -> None:
                     self.store.record(problem, "portfolio", results)
                     bar.update(len(results))
-                self.runner.measure_groups(chunk, self.settings.portfolio_bench, on_group,
+                    self._note_build_failures(results)
+                failed = self.store.get("build_failed", {})
+                self._record_build_failures(failed, [p for p, _ in chunk])
+                chunk = [(p, [t for t in programs if t not in failed]) for p, programs in chunk]
+                self.runner.measure_groups([c for c in chunk if c[1]],
+                                           self.settings.portfolio_bench, on_group,
                                            self.settings.seed)
                 self._count("portfolio", size, time.monotonic() - start)
-                bar.set_postfix_str(f"campaign ETA {_hms(self.eta_s())}")
+                self._show_eta(bar, "portfolio")
 
     # search ----------------------------------------------------------------------------
     def weak(self) -> list[Problem]:
         """Shapes whose portfolio best is below the threshold (or has none that is ok)."""
-        out = []
-        for p in self.problems:
-            best = self.measured_best(p, ("portfolio",))
-            if not best or best[0].speedup < self.settings.threshold:
-                out.append(p)
-        return out
+        best = self.store.best_speedups(("portfolio",))
+        return [p for p in self.problems
+                if best.get(str(p), 0.0) < self.settings.threshold]
 
     def _search(self, started: float, max_seconds: float | None) -> None:
         from gemmforge.search.campaign_search import SearchPass
@@ -257,14 +271,18 @@ class Campaign:
         if not todo or self.settings.search_budget < 1:
             return
         search = SearchPass(self.store, self.runner, self.settings)
-        with self._bar(len(todo) * self.settings.search_budget, "search") as bar:
-            for problem in todo:
-                self._fits(f"the search at {problem}", self.settings.search_budget, "search")
-                start = time.monotonic()
-                measured = search.tune(problem)
-                self._count("search", measured, time.monotonic() - start)
-                bar.update(self.settings.search_budget)
-                bar.set_postfix_str(f"campaign ETA {_hms(self.eta_s())}")
+        try:
+            with self._bar(len(todo) * self.settings.search_budget, "search") as bar:
+                for problem in todo:
+                    self._fits(f"the search at {problem}", self.settings.search_budget,
+                               "search")
+                    start = time.monotonic()
+                    measured = search.tune(problem)
+                    self._count("search", measured, time.monotonic() - start)
+                    bar.update(self.settings.search_budget)
+                    self._show_eta(bar, "search")
+        finally:
+            search.close()
 
     # confirm ---------------------------------------------------------------------------
     def measured_best(self, problem: Problem,
@@ -296,10 +314,11 @@ class Campaign:
         good = [r for r in self.store.results(problem, "confirm", last) if ok(r)]
         return max(good, key=lambda r: selection_ratio(problem, r), default=None)
 
-    def needs_confirmation(self, problem: Problem) -> list[str]:
-        """The contenders, if they are not all in the latest round; else []."""
+    def needs_confirmation(self, problem: Problem, weak: set) -> list[str]:
+        """The contenders, if they are not all in the latest round; else [] (also while
+        an earlier pass is not through at the shape; `weak`: the set of weak())."""
         if self.store.pending(problem, "portfolio") or (
-                problem in self._weak_set() and not self.store.is_done(problem, "search")
+                problem in weak and not self.store.is_done(problem, "search")
                 and self.settings.search_budget > 0):
             return []  # earlier passes are not through at this shape
         programs = self.contenders(problem)
@@ -309,14 +328,9 @@ class Campaign:
             return []
         return programs
 
-    def _weak_set(self) -> set:
-        if not hasattr(self, "_weak_cache"):
-            self._weak_cache = set(self.weak())
-        return self._weak_cache
-
     def _confirm(self, started: float, max_seconds: float | None) -> None:
-        self.__dict__.pop("_weak_cache", None)
-        todo = [(p, c) for p in self.problems if (c := self.needs_confirmation(p))]
+        weak = set(self.weak())
+        todo = [(p, c) for p in self.problems if (c := self.needs_confirmation(p, weak))]
         if not todo:
             return
         with self._bar(sum(len(c) for _, c in todo), "confirm") as bar:
@@ -334,6 +348,15 @@ class Campaign:
                 self.runner.measure_groups([(problem, programs)], bench, on_group,
                                            self.settings.seed + 1000 * round_)
                 self._count("confirm", len(programs), time.monotonic() - start, rate)
+
+    def _show_eta(self, bar, name: str) -> None:
+        """The campaign's ETA on `bar`, recomputed at most every ETA_EVERY_S seconds."""
+        now = time.monotonic()
+        if now - self._eta_at >= ETA_EVERY_S:
+            self._eta_at, eta = now, _hms(self.eta_s())
+            bar.set_postfix_str(f"campaign ETA {eta}")
+            if not self.progress:
+                self.log(f"{name}: {self.store.count(name)} measured; campaign ETA {eta}")
 
     # status ----------------------------------------------------------------------------
     def status(self) -> dict:
@@ -367,24 +390,3 @@ class Campaign:
 def _hms(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-class _locked:
-    """An exclusive lock on <store>.lock for the run (the kernel drops it if the process
-    dies): two campaigns never write one store at once."""
-
-    def __init__(self, path: Path):
-        self.path = Path(f"{path}.lock")
-
-    def __enter__(self):
-        self._f = self.path.open("w")
-        try:
-            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._f.close()
-            raise RuntimeError(f"another campaign is running on {self.path.stem}") from None
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self._f, fcntl.LOCK_UN)
-        self._f.close()

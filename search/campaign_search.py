@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gemmforge.ir.program import Problem
+from gemmforge.search.campaign_store import compact
 from gemmforge.search.env import reward
 from gemmforge.search.records import Result
 from gemmforge.search.studies import measured_trials
@@ -74,7 +75,7 @@ class SearchPass:
             if r.program in have or not space.contains(program):
                 continue
             params = space.params(program)
-            data = r.to_dict()
+            data = compact(r)
             data["message"] = data.get("message", "")[:MESSAGE_CHARS]
             new.append(optuna.trial.create_trial(
                 params=params, distributions={k: dists[k] for k in params}, value=reward(r),
@@ -85,6 +86,13 @@ class SearchPass:
         if new:
             study.add_trials(new)
         return len(have)
+
+
+    def close(self) -> None:
+        """Release the studies' database connections (so the store can fold its log)."""
+        engine = getattr(self.tuner.storage, "engine", None)
+        if engine is not None:
+            engine.dispose()
 
 
 def _reclaim(study) -> None:

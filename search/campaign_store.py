@@ -11,8 +11,9 @@ same file, in optuna's own tables):
   plan(problem, pass, program)  what a pass measures at a shape (INSERT OR IGNORE: planning
                                 again adds only what is new);
   measurements ................ one row per (problem, pass, round, program): the Result as
-                                JSON, its status and its speedup; UNIQUE, so a measurement is
-                                recorded once and never replaced;
+                                JSON, its status and its speedup (NULL unless ok and
+                                plausible); UNIQUE, so a measurement is recorded once and
+                                never replaced;
   done(problem, pass, round) .. a pass finished at a shape (search, confirm rounds).
 Every write is one transaction, committed before the call returns: a process killed at any
 moment leaves whole measurements or none. A measurement in flight at the kill is not in the
@@ -20,9 +21,11 @@ file and is measured on resume; a recorded one is never measured again.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -63,7 +66,27 @@ class CampaignStore:
         """The SQLAlchemy URL of the same file (optuna's studies go there)."""
         return f"sqlite:///{self.path.resolve()}"
 
+    @contextmanager
+    def lock(self):
+        """Hold an exclusive lock on <file>.lock for a run (the kernel drops it if the
+        process dies): two campaigns never write one store at once."""
+        with open(f"{self.path}.lock", "w") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RuntimeError(f"another campaign is running on {self.path}") from None
+            try:
+                yield self
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def close(self) -> None:
+        """Fold the write-ahead log into the file and close: the .db alone then carries
+        everything (while a run is going, or after a kill, carry the -wal file too)."""
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass  # another connection still reading: the log stays, nothing is lost
         self._db.close()
 
     def _write(self, statements: Iterable[tuple[str, tuple]]) -> None:
@@ -128,8 +151,8 @@ class CampaignStore:
         now = time.time()
         statements = [("INSERT OR IGNORE INTO measurements (problem, pass, round, program, "
                        "status, speedup, result, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (str(problem), pass_name, round_, r.program, r.status, r.speedup,
-                        r.to_json(), now)) for r in results]
+                       (str(problem), pass_name, round_, r.program, r.status,
+                        _counted_speedup(r), compact_json(r), now)) for r in results]
         if done:
             statements.append(("INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?)",
                                (str(problem), pass_name, round_, "", now)))
@@ -148,6 +171,13 @@ class CampaignStore:
         sql = "SELECT result FROM measurements" + (" WHERE " + " AND ".join(where)
                                                    if where else "") + " ORDER BY id"
         return [Result.from_json(r[0]) for r in self._db.execute(sql, args)]
+
+    def best_speedups(self, passes: Sequence[str]) -> dict[str, float]:
+        """Problem text -> the highest counted speedup over `passes` (shapes with one)."""
+        marks = ",".join("?" * len(passes))
+        return dict(self._db.execute(
+            f"SELECT problem, MAX(speedup) FROM measurements WHERE pass IN ({marks}) AND "
+            "speedup IS NOT NULL GROUP BY problem", tuple(passes)))
 
     def rows(self) -> list[tuple[str, str, int, str]]:
         """(problem, pass, round, program) of every measurement, in the order recorded."""
@@ -178,3 +208,18 @@ class CampaignStore:
         row = self._db.execute("SELECT MAX(round) FROM done WHERE problem = ? AND pass = ?",
                                (str(problem), pass_name)).fetchone()
         return row[0]
+
+
+def _counted_speedup(r: Result) -> float | None:
+    """The speedup column: the Result's speedup where it counts (ok and plausible)."""
+    return r.speedup if r.ok and not r.implausible else None
+
+
+def compact(r: Result) -> dict:
+    """Result.to_dict() without its empty fields (Result.from_dict restores them): the
+    file stays small enough to travel (about 400 bytes a measurement)."""
+    return {k: v for k, v in r.to_dict().items() if v not in (None, "", [])}
+
+
+def compact_json(r: Result) -> str:
+    return json.dumps(compact(r), sort_keys=True, separators=(",", ":"))

@@ -191,3 +191,12 @@ def test_cli_campaign_replayed_status_and_report(tmp_path, capsys):
         decades = list(csv.DictReader(f))
     assert [d["decade"] for d in decades] == ["1e5", "1e11", "all"]
     assert main(["campaign", "--storage", str(db), "--passes", "nope"]) == 2
+
+
+def test_one_campaign_per_store(tmp_path):
+    with CampaignStore(tmp_path / "c.db").lock():
+        with pytest.raises(RuntimeError, match="another campaign"):
+            with CampaignStore(tmp_path / "c.db").lock():
+                pass
+    with CampaignStore(tmp_path / "c.db").lock():  # released with its holder
+        pass

@@ -94,7 +94,10 @@ def cmd_campaign(args) -> int:
     settings = settings_from(options)
     problems = parse_shapes(options["shapes"], options["layout"], options["acc"])
     if args.report:
-        return _report(store, problems, settings, args)
+        try:
+            return _report(store, problems, settings, args)
+        finally:
+            store.close()
     runner = None if args.status else make_runner(args)
     try:
         campaign = Campaign(store, runner or _StatusRunner(store), problems, settings,
@@ -110,6 +113,7 @@ def cmd_campaign(args) -> int:
     finally:
         if runner is not None:
             runner.close()
+        store.close()
     print(json.dumps(summary, indent=1))
     return 0
 
