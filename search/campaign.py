@@ -171,9 +171,9 @@ class Campaign:
         signature = self.settings.portfolio.signature()
         planned = set(self.store.get("planned", {}).get(signature, []))
         todo = [p for p in self.problems if str(p) not in planned]
-        for problem in todo:
-            self.store.plan(problem, "portfolio",
-                            self.settings.portfolio.programs_for(problem, self.runner.archs))
+        for problem, programs in zip(todo, self.settings.portfolio.plan(
+                todo, self.runner.archs)):
+            self.store.plan(problem, "portfolio", programs)
         if todo:
             plans = self.store.get("planned", {})
             plans[signature] = sorted(planned | {str(p) for p in todo})

@@ -51,13 +51,15 @@ class SearchPass:
         seeded = self._seed(study, problem)
         self.tuner.settings = replace(self.tuner.settings, budget=self._Budget(
             seeded + self.settings.search_budget))
+        had = len(measured_trials(study.get_trials(deepcopy=False)))
         outcome = self.tuner.tune(problem)
         trials = measured_trials(study.get_trials(deepcopy=False))
         found = [Result.from_dict(t.user_attrs["result"]) for t in trials
                  if t.user_attrs.get("source") != SOURCE]
         before = self.store.count("search")
-        spent = outcome.measured >= seeded + self.settings.search_budget
-        self.store.record(problem, "search", found, done=spent)
+        # done when the budget is spent, or when a run measured nothing (nothing left to try)
+        done = outcome.measured >= seeded + self.settings.search_budget or len(trials) == had
+        self.store.record(problem, "search", found, done=done)
         return self.store.count("search") - before
 
     def _seed(self, study, problem: Problem) -> int:

@@ -8,12 +8,13 @@
 Tables (sqlite3 from the standard library; the search pass's optuna studies live in the
 same file, in optuna's own tables):
   meta(key, value) ............ the device, the settings, throughput counters (JSON values);
+  programs(id, text) .......... each program's canonical text once (the rows name its id);
   plan(problem, pass, program)  what a pass measures at a shape (INSERT OR IGNORE: planning
                                 again adds only what is new);
   measurements ................ one row per (problem, pass, round, program): the Result as
-                                JSON, its status and its speedup (NULL unless ok and
-                                plausible); UNIQUE, so a measurement is recorded once and
-                                never replaced;
+                                JSON (less what the row's problem and program say), its
+                                status and its speedup (NULL unless ok and plausible);
+                                UNIQUE, so a measurement is recorded once, never replaced;
   done(problem, pass, round) .. a pass finished at a shape (search, confirm rounds).
 Every write is one transaction, committed before the call returns: a process killed at any
 moment leaves whole measurements or none. A measurement in flight at the kill is not in the
@@ -26,6 +27,7 @@ import json
 import sqlite3
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -34,12 +36,13 @@ from gemmforge.search.records import Result
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS programs (id INTEGER PRIMARY KEY, text TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS plan (
-    problem TEXT NOT NULL, pass TEXT NOT NULL, program TEXT NOT NULL, seq INTEGER NOT NULL,
+    problem TEXT NOT NULL, pass TEXT NOT NULL, program INTEGER NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (problem, pass, program));
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY AUTOINCREMENT, problem TEXT NOT NULL, pass TEXT NOT NULL,
-    round INTEGER NOT NULL DEFAULT 0, program TEXT NOT NULL, status TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 0, program INTEGER NOT NULL, status TEXT NOT NULL,
     speedup REAL, result TEXT NOT NULL, at REAL NOT NULL,
     UNIQUE (problem, pass, round, program));
 CREATE TABLE IF NOT EXISTS done (
@@ -60,6 +63,7 @@ class CampaignStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a commit survives a killed process
         self._db.executescript(SCHEMA)
+        self._ids: dict[str, int] = {}
 
     @property
     def url(self) -> str:
@@ -113,6 +117,14 @@ class CampaignStore:
         count, total = self.get(f"rate:{name}", [0, 0.0])
         return total / count if count else default
 
+    def _id(self, text: str) -> int:
+        """The id of program `text` (added to the programs table if new)."""
+        if text not in self._ids:
+            self._db.execute("INSERT OR IGNORE INTO programs (text) VALUES (?)", (text,))
+            self._ids[text] = self._db.execute("SELECT id FROM programs WHERE text = ?",
+                                               (text,)).fetchone()[0]
+        return self._ids[text]
+
     # plan ------------------------------------------------------------------------------
     def plan(self, problem: Problem, pass_name: str, programs: Sequence[str]) -> None:
         """Add `programs` to what `pass_name` measures at `problem` (kept in first-planned
@@ -120,20 +132,22 @@ class CampaignStore:
         key = str(problem)
         start = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM plan WHERE problem = ? "
                                  "AND pass = ?", (key, pass_name)).fetchone()[0]
+        ids = [self._id(p) for p in programs]
         self._write([("INSERT OR IGNORE INTO plan VALUES (?, ?, ?, ?)",
-                      (key, pass_name, p, start + i)) for i, p in enumerate(programs)])
+                      (key, pass_name, p, start + i)) for i, p in enumerate(ids)])
 
     def planned(self, problem: Problem, pass_name: str) -> list[str]:
         return [r[0] for r in self._db.execute(
-            "SELECT program FROM plan WHERE problem = ? AND pass = ? ORDER BY seq",
-            (str(problem), pass_name))]
+            "SELECT g.text FROM plan p JOIN programs g ON g.id = p.program WHERE p.problem = ? "
+            "AND p.pass = ? ORDER BY p.seq", (str(problem), pass_name))]
 
     def pending(self, problem: Problem, pass_name: str) -> list[str]:
         """Planned programs of the pass with no measurement yet, in plan order."""
         return [r[0] for r in self._db.execute(
-            "SELECT p.program FROM plan p WHERE p.problem = ? AND p.pass = ? AND NOT EXISTS "
-            "(SELECT 1 FROM measurements m WHERE m.problem = p.problem AND m.pass = p.pass "
-            "AND m.program = p.program) ORDER BY p.seq", (str(problem), pass_name))]
+            "SELECT g.text FROM plan p JOIN programs g ON g.id = p.program WHERE p.problem = ? "
+            "AND p.pass = ? AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.problem = "
+            "p.problem AND m.pass = p.pass AND m.program = p.program) ORDER BY p.seq",
+            (str(problem), pass_name))]
 
     def count_pending(self, pass_name: str) -> int:
         return self._db.execute(
@@ -151,8 +165,8 @@ class CampaignStore:
         now = time.time()
         statements = [("INSERT OR IGNORE INTO measurements (problem, pass, round, program, "
                        "status, speedup, result, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (str(problem), pass_name, round_, r.program, r.status,
-                        _counted_speedup(r), compact_json(r), now)) for r in results]
+                       (str(problem), pass_name, round_, self._id(r.program), r.status,
+                        _counted_speedup(r), _row_json(r), now)) for r in results]
         if done:
             statements.append(("INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?)",
                                (str(problem), pass_name, round_, "", now)))
@@ -168,9 +182,10 @@ class CampaignStore:
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT result FROM measurements" + (" WHERE " + " AND ".join(where)
-                                                   if where else "") + " ORDER BY id"
-        return [Result.from_json(r[0]) for r in self._db.execute(sql, args)]
+        sql = ("SELECT m.result, g.text, m.problem FROM measurements m JOIN programs g ON "
+               "g.id = m.program" + (" WHERE " + " AND ".join(f"m.{w}" for w in where)
+                                     if where else "") + " ORDER BY m.id")
+        return [_from_row(*row) for row in self._db.execute(sql, args)]
 
     def best_speedups(self, passes: Sequence[str]) -> dict[str, float]:
         """Problem text -> the highest counted speedup over `passes` (shapes with one)."""
@@ -182,7 +197,8 @@ class CampaignStore:
     def rows(self) -> list[tuple[str, str, int, str]]:
         """(problem, pass, round, program) of every measurement, in the order recorded."""
         return list(self._db.execute(
-            "SELECT problem, pass, round, program FROM measurements ORDER BY id"))
+            "SELECT m.problem, m.pass, m.round, g.text FROM measurements m JOIN programs g ON "
+            "g.id = m.program ORDER BY m.id"))
 
     def count(self, pass_name: str | None = None) -> int:
         sql, args = "SELECT COUNT(*) FROM measurements", ()
@@ -221,5 +237,22 @@ def compact(r: Result) -> dict:
     return {k: v for k, v in r.to_dict().items() if v not in (None, "", [])}
 
 
-def compact_json(r: Result) -> str:
-    return json.dumps(compact(r), sort_keys=True, separators=(",", ":"))
+ROW_FIELDS = ("program", "m", "n", "k", "layout", "acc")
+"""Result fields a measurement row holds in its columns, not in its JSON."""
+
+
+def _row_json(r: Result) -> str:
+    data = {k: v for k, v in compact(r).items() if k not in ROW_FIELDS}
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=4096)
+def _problem_fields(text: str) -> dict:
+    from gemmforge.ir.text import parse_problem
+    p = parse_problem(text)
+    return {"m": p.m, "n": p.n, "k": p.k, "layout": str(p.layout), "acc": str(p.acc)}
+
+
+def _from_row(data: str, program: str, problem: str) -> Result:
+    return Result.from_dict({**json.loads(data), "program": program,
+                             **_problem_fields(problem)})

@@ -24,6 +24,7 @@ from gemmforge.ir.program import Arch, Problem
 LARGE_FLOPS = 1e11   # the large class (issue 4's 187 grid shapes): sustained load matters
 MEDIUM_FLOPS = 1e9   # below: a call is mostly launch and host time
 CLASSES = ("small", "medium", "large")
+PARALLEL_PLAN = 64  # shapes from which Portfolio.plan works in parallel processes
 
 
 def shape_class(problem: Problem) -> str:
@@ -87,9 +88,27 @@ class Portfolio:
                 out.append(text)
         return out[:self.per_shape]
 
+    def plan(self, problems: Sequence[Problem], archs: Sequence[Arch]) -> list[list[str]]:
+        """programs_for each problem, in order; for PARALLEL_PLAN or more, in one spawned
+        process per CPU (the heuristic and ir.verify take about 0.1 s of CPU a shape)."""
+        if len(problems) < PARALLEL_PLAN:
+            return [self.programs_for(p, archs) for p in problems]
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+        from functools import partial
+        with ProcessPoolExecutor(os.cpu_count() or 1,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            return list(pool.map(partial(_programs_for, self, tuple(archs)), problems,
+                                 chunksize=8))
+
     def signature(self) -> str:
         """A hash of everything that decides the plan: settings and the lists' contents
         (a changed list plans its new programs at every shape again)."""
         parts = [self.backends, self.per_backend, self.per_shape,
                  [(c, Path(p).read_text()) for c, p in self.lists]]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _programs_for(portfolio: Portfolio, archs, problem: Problem) -> list[str]:
+    return portfolio.programs_for(problem, archs)

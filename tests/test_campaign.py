@@ -200,3 +200,12 @@ def test_one_campaign_per_store(tmp_path):
                 pass
     with CampaignStore(tmp_path / "c.db").lock():  # released with its holder
         pass
+
+
+def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
+    from gemmforge.search import portfolio as module
+    from gemmforge.search.commands import parse_shapes
+    problems = parse_shapes("64x64x64,1024x4096x64,4096x4096x8192")
+    alone = [settings().portfolio.programs_for(p, ARCHS) for p in problems]
+    monkeypatch.setattr(module, "PARALLEL_PLAN", 2)
+    assert settings().portfolio.plan(problems, ARCHS) == alone
