@@ -21,7 +21,7 @@ LARGE_LIST = ROOT / "benchmarks" / "programs" / "hopper_population.txt"
 def settings(**changes) -> CampaignSettings:
     portfolio = Portfolio(backends=("cuda_wgmma", "triton"), per_backend=4,
                           lists=(("large", str(LARGE_LIST)),), per_shape=12)
-    base = CampaignSettings(portfolio=portfolio, chunk=24, threshold=0.9, search_budget=2,
+    base = CampaignSettings(portfolio=portfolio, chunk=24, threshold=1.1, search_budget=2,
                             search_batch=2, top=3)
     return replace(base, **changes)
 
