@@ -4,7 +4,6 @@ nothing recorded lost or measured again."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -17,11 +16,11 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
-from gemmforge.search.campaign import Campaign, selection_ratio
+from gemmforge.search.campaign import selection_ratio
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, read_programs, shape_class
 from gemmforge.search.records import Result
-from tests.campaign_helpers import LARGE_LIST, ROOT, SHAPES, campaign, settings
+from campaign_helpers import LARGE_LIST, ROOT, SHAPES, campaign, settings
 
 ARCHS = (Arch.SM90A, Arch.SM80)
 
@@ -135,10 +134,10 @@ def test_a_killed_campaign_resumes_with_nothing_lost_or_measured_twice(tmp_path)
     asked to measure what the file already held."""
     db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
     rng, kills = random.Random(7), 0
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    helper = ROOT / "tests" / "campaign_helpers.py"
     for attempt in range(30):
-        proc = subprocess.Popen([sys.executable, "-m", "tests.campaign_helpers", str(db),
-                                 str(bad), "0.04"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, str(helper), str(db), str(bad), "0.04"],
+                                cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if attempt < 6:
             time.sleep(rng.uniform(1.0, 6.0))
@@ -204,7 +203,7 @@ def test_one_campaign_per_store(tmp_path):
 
 def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
     from gemmforge.search import portfolio as module
-    from gemmforge.search.commands import parse_shapes
+    from gemmforge.search.shapes import parse_shapes
     problems = parse_shapes("64x64x64,1024x4096x64,4096x4096x8192")
     alone = [settings().portfolio.programs_for(p, ARCHS) for p in problems]
     monkeypatch.setattr(module, "PARALLEL_PLAN", 2)

@@ -168,8 +168,8 @@ def test_every_subcommand_comes_from_the_table(capsys):
     from gemmforge.cli import COMMANDS, build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy",
-                                "train-llm"}
-    assert len(COMMANDS) == 5
+                                "train-llm", "campaign"}
+    assert len(COMMANDS) == 6
 
 
 @pytest.mark.parametrize("program", [
