@@ -1,7 +1,7 @@
 """`gemmforge campaign`: tune the 1,000 grid shapes across many device calls (search.campaign).
 
     gemmforge campaign --storage campaign_h100.db --max-seconds 480        # first call
-    gemmforge campaign --storage campaign_h100.db --max-seconds 540        # each later call
+    gemmforge campaign --storage campaign_h100.db --max-seconds 480        # each later call
     gemmforge campaign --storage campaign_h100.db --status                 # where it stands
     gemmforge campaign --storage campaign_h100.db --report grid_h100 --report-dir benchmarks/results
     gemmforge campaign --storage c.db --shapes sample:20 --replay synthetic   # no GPU
@@ -48,6 +48,9 @@ def settings_from(options: dict):
     from gemmforge.search.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
     from gemmforge.search.portfolio import Portfolio
     from gemmforge.search.records import replace
+    from gemmforge.policy.registry import POLICIES
+    if options["policy"] not in POLICIES:
+        raise UsageError(f"--policy {options['policy']!r}: one of {', '.join(POLICIES)}")
     lists = []
     for spec in options["portfolio"]:
         cls, sep, path = spec.partition("=")
