@@ -54,6 +54,8 @@ class Knobs:
     triton_descriptor_cache: bool  # GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1: reuse TMA encodings
     tune_db: str | None   # GEMMFORGE_TUNE_DB: SQLAlchemy URL of studies + tuned database
     cutlass_dir: Path | None  # GEMMFORGE_CUTLASS_DIR: CUTLASS headers (default: the nvidia-cutlass wheel's)
+    shipped: str | None   # GEMMFORGE_SHIPPED: the shipped-programs file to read ("none": no file)
+    torch_op: bool        # GEMMFORGE_TORCH_OP=0: matmul never builds torch.ops.gemmforge.mm
 
 
 def knobs() -> Knobs:
@@ -70,4 +72,6 @@ def knobs() -> Knobs:
         triton_descriptor_cache=os.environ.get("GEMMFORGE_TRITON_DESCRIPTOR_CACHE", "0") == "1",
         tune_db=os.environ.get("GEMMFORGE_TUNE_DB") or None,
         cutlass_dir=_optional_path("GEMMFORGE_CUTLASS_DIR"),
+        shipped=os.environ.get("GEMMFORGE_SHIPPED") or None,
+        torch_op=os.environ.get("GEMMFORGE_TORCH_OP", "1") != "0",
     )

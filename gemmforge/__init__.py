@@ -6,14 +6,15 @@ The face of the package:
     program = gemmforge.parse("cuda_mma sm_80 128x128x32 w2x2 s4 sw128 row/8 pred k1 dp c1x1 nows direct")
     kernel = gemmforge.load(gemmforge.compile(program, gemmforge.Problem(1000, 4096, 333)))
     c = gemmforge.matmul(a, b)       # the shipped, tuned or heuristic program for a's and b's shape
+    gemmforge.load_op()              # torch.ops.gemmforge.mm(a, b), the C++ op matmul calls
 
 The floors below it, each importing only those under it: `gemmforge.ir` (programs, text,
 schema, verify against the capability table) -> `gemmforge.compiler` (the toolchain: nvcc,
 knobs, artifacts, runtime) -> `gemmforge.backends` (and the pipeline) -> `gemmforge.policy`
 -> `gemmforge.search`; this folder (`ops`, `emit`, `cli`) sits on top. The IR never imports
 the backends: this module installs the loader that imports them when the IR first looks a
-backend up. `compile`, `load` and `matmul` are imported on first use, so `import gemmforge`
-costs only the IR.
+backend up. `compile`, `load`, `matmul` and `load_op` are imported on first use, so `import
+gemmforge` costs only the IR.
 """
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ _LAZY = {
     "compile": ("gemmforge.backends.pipeline", "compile"),
     "load": ("gemmforge.backends.pipeline", "load"),
     "matmul": ("gemmforge.ops", "matmul"),
+    "load_op": ("gemmforge.torch_op", "load_op"),
 }
 
-__all__ = ["Problem", "Program", "parse", "compile", "load", "matmul", "__version__"]
+__all__ = ["Problem", "Program", "parse", "compile", "load", "matmul", "load_op", "__version__"]
 
 
 def __getattr__(name: str):

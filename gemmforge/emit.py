@@ -14,15 +14,19 @@ from gemmforge.ir.program import Arch, Problem, Program
 from gemmforge.ir.verify import VerifyError, verify
 
 
-def choose_program(problem: Problem, arch: Arch, program: Program | None = None) -> Program:
-    """`program` if given (checked against `arch`), else the tuned database's program for
-    `problem` (or its nearest tuned shape's, when legal here), else the heuristic's."""
+def choose_program(problem: Problem, arch: Arch, program: Program | None = None,
+                   device_class: str | None = None):
+    """(program, where it came from as one line): `program` if given (checked against
+    `arch`), else search.choice's resolution for a device of `device_class` (default: the
+    arch's search.devices.DEFAULT_CLASS): tuned, shipped or the heuristic's."""
     if program is None:
-        from gemmforge.ops import program_for
-        return program_for(problem, arch)
+        from gemmforge.ops import choice_for
+        from gemmforge.search.devices import DEFAULT_CLASS
+        choice = choice_for(problem, arch, device_class or DEFAULT_CLASS[arch])
+        return choice.program, choice.line()
     if program.arch != arch:
         raise VerifyError(f"arch: the program is {program.arch.value} but --arch is {arch.value}")
-    return program
+    return program, "program: given (--program)"
 
 
 def emit(problem: Problem, program: Program, out_dir: Path) -> Path:

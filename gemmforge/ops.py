@@ -1,9 +1,13 @@
 """`matmul(a, b)`: a drop-in fp16 GEMM that runs the best known gemmforge kernel.
 
-For each (m, n, k, layout, accumulator, device) it asks the tuned database for the best
-program (or the nearest tuned shape's program, if it is legal here), falls back to the
-heuristic policy, builds it once (artifact cache) and keeps the loaded kernel, so later
-calls cost one dictionary lookup plus the launch.
+For each (m, n, k, layout, accumulator, device) search.choice resolves the program (the
+user's tuned database, then the shipped file, by device class and nearest legal shape
+within a distance limit, else the heuristic's), builds it once (artifact cache) and keeps
+the loaded kernel. With an fp32 accumulator and no `out`, the call goes through the C++
+operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the kernel's launch entry is
+registered there on a shape's first call, and later calls cost a dictionary lookup and the
+op. Kernels without a C launch entry (Triton), `acc="f16"`, `out=` and machines where the
+op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never tries) call the Python Kernel.
 
     from gemmforge.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 CUDA tensors
@@ -12,11 +16,17 @@ calls cost one dictionary lookup plus the launch.
 from __future__ import annotations
 
 import threading
+import warnings
 
 from gemmforge.compiler.runtime import Kernel
 from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
 
 _kernels: dict[tuple, Kernel] = {}
+_TORCH = "torch.matmul"  # a route: the shape's kernel could not be built, torch.matmul serves it
+_routes: dict[tuple, object] = {}  # (m, n, k, layout, device) -> None (the op runs it), a
+                                   # Python Kernel (no C launch entry) or _TORCH
+_classes: dict[int, str | None] = {}
+_op_state: dict[str, bool] = {}  # "ready": whether torch.ops.gemmforge.mm is loaded
 _lock = threading.Lock()
 
 
@@ -24,18 +34,25 @@ def _arch_of(device_sm: int) -> Arch:
     return Arch.SM90A if device_sm >= 90 else Arch.SM80
 
 
-def program_for(problem: Problem, arch: Arch) -> Program:
-    """The tuned database's program for `problem` (exact, or the nearest tuned shape's when
-    it is legal here) if it has one, else the heuristic's."""
-    try:
-        from gemmforge.search.database import lookup
-        tuned = lookup(problem, arch)
-    except ImportError:  # the database needs the [search] extra (SQLAlchemy)
-        tuned = None
-    if tuned is not None:
-        return tuned
-    from gemmforge.policy.heuristic import default_program
-    return default_program(problem, arch)
+def device_class_of(device_index: int) -> str | None:
+    """The device class (search.devices) of CUDA device `device_index`."""
+    cls = _classes.get(device_index, "")
+    if cls == "":
+        import torch
+        from gemmforge.search.devices import device_class
+        cls = _classes[device_index] = device_class(torch.cuda.get_device_name(device_index))
+    return cls
+
+
+def choice_for(problem: Problem, arch: Arch, device_class: str | None):
+    """search.choice.resolve: the program for `problem` and where it came from."""
+    from gemmforge.search.choice import resolve
+    return resolve(problem, arch, device_class)
+
+
+def program_for(problem: Problem, arch: Arch, device_class: str | None = None) -> Program:
+    """The resolved program for `problem` on `arch` programs (see choice_for)."""
+    return choice_for(problem, arch, device_class).program
 
 
 def kernel_for(problem: Problem, device_index: int) -> Kernel:
@@ -49,7 +66,7 @@ def kernel_for(problem: Problem, device_index: int) -> Kernel:
             from gemmforge.compiler.values import Target
             from gemmforge.backends.pipeline import compile, load
             sm = major * 10 + minor
-            program = program_for(problem, _arch_of(sm))
+            program = program_for(problem, _arch_of(sm), device_class_of(device_index))
             kernel = load(compile(program, problem, Target(device_sm=sm)))
             _kernels[key] = kernel
     return kernel
@@ -58,7 +75,72 @@ def kernel_for(problem: Problem, device_index: int) -> Kernel:
 def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
     """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel."""
     lay = Layout.parse(layout, "layout")
+    acc_ = Accum.parse(acc, "acc")
+    if out is None and acc_ == Accum.F32 and _op_ready():
+        return _through_op(a, b if lay == Layout.NN else b.transpose(-2, -1))
     m, k = a.shape
     n = b.shape[1] if lay == Layout.NN else b.shape[0]
-    problem = Problem(m, n, k, lay, Accum.parse(acc, "acc"))
-    return kernel_for(problem, a.device.index or 0)(a, b, out=out)
+    return kernel_for(Problem(m, n, k, lay, acc_), a.device.index or 0)(a, b, out=out)
+
+
+def _op_ready() -> bool:
+    ready = _op_state.get("ready")
+    if ready is None:
+        from gemmforge.compiler.knobs import knobs
+        from gemmforge.torch_op import op_available
+        ready = _op_state["ready"] = knobs().torch_op and op_available()
+    return ready
+
+
+def _through_op(a, b_kn):
+    """a @ b_kn (b_kn: k x n, row-major or a transposed row-major view) via the op, after
+    registering the shape's kernel on its first call (a Python Kernel runs it instead
+    where it has no C launch entry)."""
+    import torch
+    if torch.compiler.is_compiling():  # traced: the op alone (fake tensors have no data)
+        return torch.ops.gemmforge.mm(a, b_kn)
+    key = _key(a, b_kn)
+    if key is not None:
+        route = _routes.get(key, False)
+        if route is False:
+            route = _register(key)
+        if route is _TORCH:
+            return torch.matmul(a, b_kn)
+        if route is not None:  # a Python Kernel: b in its own layout
+            return route(a, b_kn if key[3] == "nn" else b_kn.t())
+    return torch.ops.gemmforge.mm(a, b_kn)
+
+
+def _key(a, b_kn) -> tuple | None:
+    """(m, n, k, layout, device index) when the op can serve the operands, else None (the
+    op then falls back to torch.matmul and says why)."""
+    import torch
+    from gemmforge.torch_op import layout_of
+    if (a.dtype is not torch.float16 or b_kn.dtype is not torch.float16 or not a.is_cuda
+            or a.dim() != 2 or b_kn.dim() != 2 or a.device != b_kn.device
+            or not a.is_contiguous() or a.shape[1] != b_kn.shape[0] or 0 in a.shape
+            or b_kn.shape[1] == 0):
+        return None
+    layout = layout_of(b_kn)
+    if layout is None:
+        return None
+    return (a.shape[0], b_kn.shape[1], a.shape[1], layout, a.device.index or 0)
+
+
+def _register(key: tuple):
+    """Build `key`'s kernel and register it with the op (None), or keep it as a Python
+    Kernel when it has no C launch entry (the Kernel)."""
+    from gemmforge.compiler.values import BuildError
+    from gemmforge.torch_op import register
+    m, n, k, layout, device = key
+    problem = Problem(m, n, k, layout, Accum.F32)
+    try:
+        kernel = kernel_for(problem, device)
+    except (BuildError, ValueError, OSError) as e:  # no legal program, or its build failed
+        warnings.warn(f"gemmforge.matmul: no kernel for {problem}: {e}; torch.matmul serves "
+                      "this shape", stacklevel=4)
+        route = _routes[key] = _TORCH
+        return route
+    route = None if register(m, n, k, layout, device, kernel) else kernel
+    _routes[key] = route
+    return route

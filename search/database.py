@@ -3,7 +3,7 @@
     db = TunedDatabase()                       # SQLite in the user cache dir, or any URL
     db.record("NVIDIA H200", problem, result, command="gemmforge tune --shapes grid ...")
     db.best("NVIDIA H200", problem)            # -> Entry | None
-    lookup(problem, Arch.SM90A)                # -> Program | None (what emit/ops should use)
+    tuned_candidates(problem, Arch.SM90A, ("h200", "h100"))   # what search.choice reads
 
 One table, `gemmforge_tuned` (SQLAlchemy Core), one row per (device, problem text), kept
 only while it is the best measured (highest cuBLAS/kernel ratio). Rows carry the program's
@@ -14,7 +14,6 @@ here; binaries live in the artifact cache (compiler.artifacts): they are stored 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -68,32 +67,12 @@ class Entry:
     updated: datetime
 
 
-@dataclass(frozen=True)
-class Nearest:
-    """The tuned entry nearest an untuned problem: `distance` is the Euclidean distance of
-    (log2 m, log2 n, log2 k); `reason` is why its program is illegal there (None: legal)."""
-
-    entry: Entry
-    distance: float
-    reason: str | None
-
-    @property
-    def legal(self) -> bool:
-        return self.reason is None
-
-
 def _entry(row) -> Entry:
     from gemmforge.ir.text import parse
     problem = Problem(row.m, row.n, row.k, row.layout, row.acc)
     return Entry(row.device, problem, parse(row.program), row.kernel_us, row.cublas_us,
                  row.speedup, row.call_us, row.cublas_call_us, row.call_speedup, row.command,
                  row.study, row.updated)
-
-
-def distance(a: Problem, b: Problem) -> float:
-    """Euclidean distance of (log2 m, log2 n, log2 k) between two problems."""
-    return math.dist([math.log2(a.m), math.log2(a.n), math.log2(a.k)],
-                     [math.log2(b.m), math.log2(b.n), math.log2(b.k)])
 
 
 class TunedDatabase:
@@ -171,46 +150,49 @@ class TunedDatabase:
         return sorted((_entry(r) for r in rows),
                       key=lambda e: (e.device, e.problem.flops, str(e.problem)))
 
-    def nearest(self, problem: Problem, arch: Arch, device: str | None = None,
-                legal_only: bool = False) -> Nearest | None:
-        """The entry with the same layout, accumulator and program arch nearest `problem`
-        (the exact one at distance 0), preferring `device`'s entries, then the higher
-        speedup; with `legal_only`, the nearest whose program passes verify for `problem`."""
-        from gemmforge.ir.verify import check
+    def candidates(self, problem: Problem, arch: Arch,
+                   classes: tuple[str, ...]) -> list[tuple[Entry, str]]:
+        """(entry, its device class) for every entry with `problem`'s layout and
+        accumulator, an `arch` program and a device of one of `classes` (search.devices:
+        replayed and synthetic devices have none). Distance and legality are the reader's
+        to judge (search.choice)."""
+        from gemmforge.search.devices import device_class
         t = self.table
         query = t.select().where((t.c.layout == str(problem.layout)) &
                                  (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value))
         with self.engine.connect() as conn:
-            rows = [_entry(r) for r in conn.execute(query).all()]
-        ranked = sorted(rows, key=lambda e: (distance(problem, e.problem),
-                                             device is not None and e.device != device,
-                                             -(e.speedup or 0.0)))
-        for e in ranked:
-            reason = check(e.program, problem)
-            if reason is None or not legal_only:
-                return Nearest(e, distance(problem, e.problem), reason)
-        return None
+            rows = conn.execute(query).all()
+        out = []
+        for row in rows:
+            cls = device_class(row.device)
+            if cls in classes:
+                out.append((_entry(row), cls))
+        return out
 
     def close(self) -> None:
         self.engine.dispose()
 
 
-def lookup(problem: Problem, arch: Arch, url: str | None = None,
-           device: str | None = None) -> Program | None:
-    """The tuned program for `problem` on `arch`: the exact entry if one exists, else the
-    nearest tuned shape's program that is legal for `problem`; None when the database has
-    none (or doesn't exist yet). Never raises for a missing or empty database."""
-    import sqlalchemy
+def tuned_candidates(problem: Problem, arch: Arch, classes: tuple[str, ...],
+                     url: str | None = None) -> list[tuple[Entry, str]]:
+    """TunedDatabase.candidates of the database at `url` (default: the tuner's storage);
+    [] when SQLAlchemy is not installed or the database doesn't exist or can't be read.
+    Never creates a database file."""
+    try:
+        import sqlalchemy
+    except ImportError:  # the [search] extra is not installed: no tuned database
+        return []
     from gemmforge.search.studies import default_storage
     url = url or default_storage()
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        return None  # nothing tuned yet: don't create an empty file
+        return []  # nothing tuned yet: don't create an empty file
     try:
         db = TunedDatabase(url)
     except sqlalchemy.exc.SQLAlchemyError:
-        return None
+        return []
     try:
-        found = db.nearest(problem, arch, device=device, legal_only=True)
-        return found.entry.program if found else None
+        return db.candidates(problem, arch, classes)
+    except sqlalchemy.exc.SQLAlchemyError:
+        return []
     finally:
         db.close()

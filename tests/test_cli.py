@@ -68,7 +68,7 @@ def test_schema_prints_the_checked_in_schema(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--shapes", "64x64x64"], "bench: give at least one --program or --backends"),
+    (["bench", "--shapes", "64x64x64"], "bench: give at least one --program, --backends or --chosen"),
     (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "--shapes: '64x64' is not of the form"),
     (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "--program: no such file"),
 ])
@@ -168,8 +168,8 @@ def test_every_subcommand_comes_from_the_table(capsys):
     from gemmforge.cli import COMMANDS, build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) == {"emit", "verify", "schema", "tune", "bench", "train-policy",
-                                "train-llm", "campaign"}
-    assert len(COMMANDS) == 6
+                                "train-llm", "campaign", "ship"}
+    assert len(COMMANDS) == 7
 
 
 @pytest.mark.parametrize("program", [

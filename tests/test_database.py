@@ -1,12 +1,12 @@
-"""search.database: the best program per (device, problem) with its command, the nearest
-tuned shape for an untuned one (log-space distance) and its legality, and lookup()."""
+"""search.database: the best program per (device, problem) with its command; the candidates
+search.choice reads (by device class, layout and arch) and tuned_candidates()."""
 from __future__ import annotations
 
 import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
-from gemmforge.search.database import TunedDatabase, distance, lookup
+from gemmforge.search.database import TunedDatabase, tuned_candidates
 from gemmforge.search.records import Result
 
 MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
@@ -39,26 +39,22 @@ def test_keeps_the_best_with_its_command(db):
     assert db.best("H100", p) is None and len(db.entries()) == 1
 
 
-def test_nearest_uses_log_distance_and_reports_legality(db):
+def test_candidates_by_class_layout_and_arch(db):
     near, far = Problem(1024, 1024, 1024), Problem(64, 64, 8192)
     db.record("H200", near, _result(MMA, near, 8.0))
     db.record("H200", far, _result(TMA, far, 8.0))
-    found = db.nearest(Problem(1000, 1200, 900), Arch.SM90A)
-    assert found.entry.problem == near and found.legal
-    assert found.distance == pytest.approx(distance(Problem(1000, 1200, 900), near))
-    ragged = Problem(80, 80, 8000 + 3)  # k not a multiple of 8: TMA is illegal there
-    assert db.nearest(ragged, Arch.SM90A).entry.problem == far
-    assert not db.nearest(ragged, Arch.SM90A).legal
-    assert db.nearest(ragged, Arch.SM90A, legal_only=True).entry.problem == near
-    assert db.nearest(near, Arch.SM80) is None
-    assert db.nearest(Problem(1024, 1024, 1024, "nt"), Arch.SM90A) is None
+    db.record("replay", near, _result(SMALL, near, 1.0))
+    found = db.candidates(Problem(1000, 1200, 904), Arch.SM90A, ("h200",))
+    assert sorted((e.problem.m, cls) for e, cls in found) == [(64, "h200"), (1024, "h200")]
+    assert db.candidates(near, Arch.SM90A, ("h100",)) == []
+    assert db.candidates(near, Arch.SM80, ("h200",)) == []
+    assert db.candidates(Problem(1024, 1024, 1024, "nt"), Arch.SM90A, ("h200",)) == []
 
 
-def test_lookup(db, tmp_path):
+def test_tuned_candidates(db, tmp_path):
     p = Problem(2048, 512, 256)
     db.record("H200", p, _result(MMA, p, 5.0))
-    assert lookup(p, Arch.SM90A, url=db.url) == parse(MMA)
-    assert lookup(Problem(2000, 500, 250), Arch.SM90A, url=db.url) == parse(MMA)
-    assert lookup(p, Arch.SM80, url=db.url) is None
-    assert lookup(p, Arch.SM90A, url=f"sqlite:///{tmp_path / 'missing.db'}") is None
+    assert [e.program for e, _ in tuned_candidates(p, Arch.SM90A, ("h200",), db.url)] == [parse(MMA)]
+    assert tuned_candidates(p, Arch.SM80, ("h200",), db.url) == []
+    assert tuned_candidates(p, Arch.SM90A, ("h200",), f"sqlite:///{tmp_path / 'missing.db'}") == []
     assert not (tmp_path / "missing.db").exists()

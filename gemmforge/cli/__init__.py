@@ -3,7 +3,7 @@
     gemmforge emit --shape 1000x4096x333 --arch sm_80 [--program TEXT|JSON|@FILE] -o DIR
     gemmforge verify PROGRAM [--shape MxNxK]
     gemmforge schema
-    gemmforge tune | bench | train-policy | train-llm ...
+    gemmforge tune | bench | train-policy | train-llm | ship ...
 
 Every argument is checked before any work (gemmforge.arguments). Bad input (a malformed
 shape, program text or JSON, an illegal program, a file that is not there, a missing
@@ -30,6 +30,7 @@ COMMANDS = (
     "gemmforge.cli.train",     # train-policy
     "gemmforge.cli.train_llm", # train-llm
     "gemmforge.cli.campaign",  # campaign
+    "gemmforge.cli.ship",      # ship
 )
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]

@@ -3,10 +3,12 @@
     gemmforge bench --shapes 1024x1024x1024,1000x4096x333 --program "cuda_mma sm_80 ..."
     gemmforge bench --shapes sample:50:3 --backends triton,cuda_mma --arch sm_90a
     gemmforge bench --shapes grid --program @programs.txt --name grid_run
+    gemmforge bench --shapes 4096x4096x4096 --chosen      # what matmul runs, and where it came from
 
 Each shape gets every `--program` (text, or @file with one per line) that verify accepts
 for it, plus, per `--backends` entry, the heuristic policy's first legal program for that
-backend. Every candidate passes the correctness gate before its time counts; cuBLAS
+backend, and with --chosen the program `matmul` would run (search.choice), printed with
+its source. Every candidate passes the correctness gate before its time counts; cuBLAS
 (torch.matmul, best of NN and TN) is timed in the same process. Writes
 <name>.csv and .png in the current directory (or `--report-dir`); a progress bar runs meanwhile.
 """
@@ -47,6 +49,20 @@ def candidates(problem, programs, backends, arch):
     return chosen
 
 
+def _chosen(problems, arch, runner) -> dict:
+    """{problem: the program matmul would run on the runner's device}, printing for each
+    where it came from (search.choice)."""
+    from gemmforge.search.choice import resolve
+    from gemmforge.search.devices import device_class
+    cls = device_class(runner.info().get("device"))
+    out = {}
+    for problem in problems:
+        choice = resolve(problem, arch, cls)
+        print(f"{problem}: {choice.program}\n  {choice.line()}")
+        out[problem] = choice.program
+    return out
+
+
 def _settings(args):
     from gemmforge.search.records import BenchSettings
     arguments.at_least("--rounds", args.rounds)
@@ -65,8 +81,8 @@ def _plan(args) -> tuple[list, object]:
     problems = arguments.shapes(args.shapes, args.layout, args.acc)
     programs = _programs(args.program or [])
     backends = arguments.backends(args.backends) or ()
-    if not programs and not backends:
-        raise UsageError("bench: give at least one --program or --backends")
+    if not programs and not backends and not args.chosen:
+        raise UsageError("bench: give at least one --program, --backends or --chosen")
     arch = Arch.parse(args.arch, "--arch")
     settings = _settings(args)
     try:
@@ -76,7 +92,7 @@ def _plan(args) -> tuple[list, object]:
     if args.report_dir:
         arguments.output_folder(args.report_dir, "--report-dir")
     plan = [(p, candidates(p, programs, backends, arch)) for p in problems]
-    if not any(todo for _, todo in plan):
+    if not args.chosen and not any(todo for _, todo in plan):
         raise UsageError("--program: no given program is legal for any of the shapes "
                          "(gemmforge verify PROGRAM --shape MxNxK says why)")
     arguments.at_least("--device", args.device, 0)
@@ -92,7 +108,11 @@ def cmd_bench(args) -> int:
     plan, settings = _plan(args)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[args.device]) as runner:
+        chosen = _chosen([p for p, _ in plan], Arch.parse(args.arch, "--arch"),
+                         runner) if args.chosen else {}
         for problem, todo in tqdm(plan, desc="bench", unit="shape"):
+            if problem in chosen and chosen[problem] not in todo:
+                todo = [*todo, chosen[problem]]
             if todo:
                 results += evaluate(todo, problem, device_runner=runner, builders=builders,
                                     settings=settings)
@@ -112,7 +132,10 @@ def add_to(sub) -> None:
     b.add_argument("--shapes", required=True, help="MxNxK,..., grid, sample:N[:SEED] or @file")
     b.add_argument("--program", action="append", help="program text, JSON or @file (repeatable)")
     b.add_argument("--backends", help="comma list: the heuristic's program per backend")
-    b.add_argument("--arch", default="sm_90a", help="arch for --backends programs")
+    b.add_argument("--chosen", action="store_true",
+                   help="also the program matmul would run (tuned, shipped or heuristic), "
+                        "printed with where it came from")
+    b.add_argument("--arch", default="sm_90a", help="arch for --backends and --chosen programs")
     b.add_argument("--layout", default="nn")
     b.add_argument("--acc", default="f32")
     b.add_argument("--protocols", default="kernel,call", help="kernel,cold,call,server")

@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from gemmforge import arguments
-from gemmforge.cli.common import add_problem_args, parse_program, parse_shape
+from gemmforge.cli.common import UsageError, add_problem_args, parse_program, parse_shape
 from gemmforge.ir.program import Arch
 
 
@@ -20,12 +21,21 @@ def cmd_emit(args) -> int:
     arch = Arch.parse(args.arch, "--arch")
     given = None if args.program is None else parse_program(args.program)
     out_dir = arguments.output_folder(args.output)
-    program = choose_program(problem, arch, given)
+    program, source = choose_program(problem, arch, given, _device_class(args.device_class))
     path = emit(problem, program, out_dir)
     print(f"{program}\n{path}")
+    print(source, file=sys.stderr)
     if args.compile:
         print(build_selftest(path, program))
     return 0
+
+
+def _device_class(value: str | None) -> str | None:
+    from gemmforge.search.devices import check_class
+    try:
+        return check_class(value) if value else None
+    except ValueError as e:
+        raise UsageError(f"--device-class: {e}") from None
 
 
 def cmd_verify(args) -> int:
@@ -51,7 +61,11 @@ def add_to(sub) -> None:
     e = sub.add_parser("emit", help="write a standalone .cu for one shape")
     add_problem_args(e)
     e.add_argument("--arch", required=True, help="sm_80 or sm_90a")
-    e.add_argument("--program", help="program text, JSON, or @file (default: the heuristic's)")
+    e.add_argument("--program", help="program text, JSON, or @file (default: the tuned, "
+                                     "shipped or heuristic program, printed with its source)")
+    e.add_argument("--device-class", help="the GPU class whose tuned and shipped programs "
+                                          "apply (h100, h200, a100; default: h100 for sm_90a, "
+                                          "a100 for sm_80)")
     e.add_argument("-o", "--output", required=True, help="output folder")
     e.add_argument("--compile", action="store_true", help="also build the self-test with nvcc")
     e.set_defaults(run=cmd_emit)

@@ -1,0 +1,55 @@
+"""`gemmforge ship`: build the shipped-programs file from confirmation CSVs (search.ship).
+
+    gemmforge ship --from benchmarks/results/hopper_population_h100_v17_confirm_{a,b,c}.csv \
+        --device-class h100 --command "python3 benchmarks/hopper_large.py --all ..."
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from gemmforge.cli.common import UsageError
+
+
+def cmd_ship(args) -> int:
+    from gemmforge.search.devices import check_class
+    from gemmforge.search.ship import ship
+    from gemmforge.search.shipped import DEFAULT_PATH
+    paths = [Path(p) for p in args.sources]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise UsageError(f"--from: no such file: {', '.join(missing)}")
+    try:
+        want = check_class(args.device_class) if args.device_class else None
+    except ValueError as e:
+        raise UsageError(f"--device-class: {e}") from None
+    if not args.command.strip():
+        raise UsageError("--command: say which command measured these files")
+    out = Path(args.out) if args.out else DEFAULT_PATH
+    rows, refused = ship(paths, out, args.command, want)
+    for why, count in refused.most_common():
+        print(f"refused {count} row(s): {why}")
+    if not rows:
+        print(f"gemmforge: ship: no row of {len(paths)} file(s) passed; {out} unchanged")
+        return 1
+    by_class = Counter(r.device_class for r in rows)
+    geo = math.exp(statistics.fmean(math.log(r.speedup) for r in rows))
+    print(f"shipped {len(rows)} shape(s) ({', '.join(f'{c}: {n}' for c, n in sorted(by_class.items()))}), "
+          f"median-of-readings geomean {geo:.4f}x cuBLAS\nwrote {out}")
+    return 0
+
+
+def add_to(sub) -> None:
+    s = sub.add_parser("ship", help="build the shipped-programs file from confirmation CSVs",
+                       description="build the shipped-programs file from confirmation CSVs: per "
+                                   "(device class, layout, acc, shape) the program with the best "
+                                   "median over its readings (search.ship)")
+    s.add_argument("--from", dest="sources", nargs="+", required=True, metavar="CSV",
+                   help="confirmation CSVs (results-file columns)")
+    s.add_argument("--device-class", help="ship only rows of this class (h100, h200, a100, ...)")
+    s.add_argument("--command", required=True, help="the command that measured the files")
+    s.add_argument("--out", help="the shipped file to update (default: the package's "
+                                 "search/data/shipped.json)")
+    s.set_defaults(run=cmd_ship)

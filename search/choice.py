@@ -1,0 +1,123 @@
+"""Where a program comes from: one resolver for `matmul`, `emit`, `bench` and the torch op.
+
+    choice = resolve(Problem(4099, 4096, 4096), Arch.SM90A, "h100")
+    choice.program       # the Program to build
+    choice.provenance    # "tuned-exact" | "tuned-nearest" | "shipped-exact" | "shipped-nearest" | "heuristic"
+    choice.line()        # "program: shipped-nearest (h100, distance 0.00 to 4096x4096x4096 nn f32, 1.05x cuBLAS)"
+
+Sources, both filtered by device class (search.devices: a device's own class, then the
+classes of the same die), layout, accumulator and the program's arch:
+  - the user's tuned database (search.database; consulted only when SQLAlchemy is importable
+    and the database exists; rows of replayed or synthetic runs have no class and never match);
+  - the shipped file inside the package (search.shipped; the standard library reads it).
+Among the candidates whose program is legal for the problem (ir.verify.check) and whose
+shape lies within MAX_DISTANCE, the nearest wins; at equal distance the device's own class
+before a sibling's, the tuned database before the shipped file, then the higher measured
+speedup. So an exact shape always beats a neighbour, and the user's own measurement of a
+shape beats the shipped one. With no candidate, the heuristic policy's program.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.search.devices import lookup_classes
+
+MAX_DISTANCE = 1.0
+"""The farthest a measured shape may lie from the asked one (distance(), in octaves) for its
+program to be used. The grid's shapes are one octave apart in each of m, n and k (64 to
+16384), so every shape inside the grid's box lies within sqrt(3)/2 = 0.87 of a grid shape:
+1.0 serves all of them from the shipped file, and refuses shapes more than an octave outside
+the box (m = 1 to 31: a GEMV, not a GEMM the grid measured) or more than an octave from
+every tuned shape, where a program's tile and schedule no longer describe the problem."""
+
+SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
+
+
+def distance(a: Problem, b: Problem) -> float:
+    """Euclidean distance of (log2 m, log2 n, log2 k) between two problems, in octaves."""
+    return math.dist([math.log2(a.m), math.log2(a.n), math.log2(a.k)],
+                     [math.log2(b.m), math.log2(b.n), math.log2(b.k)])
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A program and where it came from. `distance` is 0.0 for an exact shape and None for
+    the heuristic; `measured` is the problem whose measurement chose it, `device_class`
+    the class that measured it, `speedup` its measured cuBLAS/kernel ratio, `command` the
+    command that measured it (where known)."""
+
+    program: Program
+    source: str  # "tuned", "shipped" or "heuristic"
+    distance: float | None = None
+    measured: Problem | None = None
+    device_class: str | None = None
+    speedup: float | None = None
+    command: str = ""
+
+    @property
+    def provenance(self) -> str:
+        if self.source == "heuristic":
+            return "heuristic"
+        return f"{self.source}-{'exact' if self.distance == 0 else 'nearest'}"
+
+    def line(self) -> str:
+        """One line saying where the program came from (emit and bench print it)."""
+        if self.source == "heuristic":
+            return "program: heuristic (no tuned or shipped program for this shape)"
+        parts = [self.device_class or "?"]
+        if self.distance:
+            parts.append(f"distance {self.distance:.3g} to {self.measured}")
+        if self.speedup is not None:
+            parts.append(f"{self.speedup:.3f}x cuBLAS measured")
+        return f"program: {self.provenance} ({', '.join(parts)})"
+
+
+def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
+            tuned_url: str | None = None, shipped_path=None, use_tuned: bool = True,
+            max_distance: float = MAX_DISTANCE) -> Choice:
+    """The program for `problem` on a device of `device_class` (None: no measured source
+    applies) running `arch` programs, with its provenance (see the module doc)."""
+    classes = lookup_classes(device_class) if device_class else ()
+    found = [*(_tuned(problem, arch, classes, max_distance, tuned_url) if use_tuned else []),
+             *_shipped(problem, arch, classes, max_distance, shipped_path)]
+    if found:
+        return min(found, key=lambda c: (c.distance, classes.index(c.device_class),
+                                         SOURCES.index(c.source), -(c.speedup or 0.0)))
+    from gemmforge.policy.heuristic import default_program
+    return Choice(default_program(problem, arch), "heuristic")
+
+
+def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
+    """Legal candidates from the user's tuned database, [] without SQLAlchemy or a database."""
+    if not classes:
+        return []
+    from gemmforge.ir.verify import check
+    from gemmforge.search.database import tuned_candidates
+    out = []
+    for e, cls in tuned_candidates(problem, arch, classes, url):
+        d = distance(problem, e.problem)
+        if d <= limit and check(e.program, problem) is None:
+            out.append(Choice(e.program, "tuned", d, e.problem, cls, e.speedup, e.command))
+    return out
+
+
+def _shipped(problem, arch, classes, limit, path) -> list[Choice]:
+    """Legal candidates from the shipped file: per class its exact row if that is legal,
+    else its rows within `limit`."""
+    from gemmforge.ir.verify import check
+    from gemmforge.search.shipped import shipped
+    book = shipped(path)
+    out = []
+    for cls in classes:
+        exact = book.exact(cls, problem)
+        for rows in ([exact] if exact is not None else [], book.group(cls, problem)):
+            for row in rows:
+                d = distance(problem, row.problem)
+                if d <= limit and row.program.arch == arch and check(row.program, problem) is None:
+                    out.append(Choice(row.program, "shipped", d, row.problem, cls, row.speedup,
+                                      row.measured.get("command", "")))
+            if out and out[-1].device_class == cls and out[-1].distance == 0.0:
+                break  # a legal exact row: no neighbour can beat it
+    return out

@@ -1,0 +1,150 @@
+"""The shipped file: the confirmed best program per (device class, layout, accumulator, shape).
+
+`search/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
+have tuned programs on a fresh install (a user's own tuned database takes precedence:
+search.choice). It is plain JSON, read with the standard library only (no optuna, no
+SQLAlchemy), written by `gemmforge ship` (search.ship) from confirmation CSVs:
+
+    {"format": "gemmforge-shipped/1",
+     "measurements": {"<id>": {"command": ..., "files": [...], "commit": ..., "date": ...,
+                               "device": "NVIDIA H100 80GB HBM3"}},
+     "rows": [{"device_class": "h100", "layout": "nn", "acc": "f32", "m": 8192, "n": 8192,
+               "k": 8192, "program": "cuda_wgmma sm_90a ...", "kernel_us": ..., "cublas_us": ...,
+               "speedup": ..., "min_speedup": ..., "readings": 3, "measured": "<id>"}, ...]}
+
+A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustained_us,
+cublas_sustained_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
+speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),
+min_speedup the lowest reading; sustained_* are seconds-long runs under the power cap, where
+measured. `GEMMFORGE_SHIPPED=path` reads another file, `none` none.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemmforge.compiler.knobs import knobs
+from gemmforge.ir.program import Problem, Program
+
+FORMAT = "gemmforge-shipped/1"
+DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json"
+FIGURES = ("kernel_us", "cublas_us", "speedup", "min_speedup", "cold_us", "cublas_cold_us",
+           "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us")
+
+
+class ShippedError(ValueError):
+    """The shipped file is unreadable or not in FORMAT; the message names the file."""
+
+
+@dataclass(frozen=True)
+class ShippedRow:
+    """One shipped program: its shape, class and confirmed figures (µs; None: not measured)."""
+
+    device_class: str
+    problem: Problem
+    program_text: str
+    figures: dict
+    readings: int
+    measured: dict  # the measurement's record: command, files, commit, date, device
+
+    @property
+    def program(self) -> Program:
+        return _parse(self.program_text)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.figures.get("speedup")
+
+    def to_json(self, measured_id: str) -> dict:
+        p = self.problem
+        return {"device_class": self.device_class, "layout": str(p.layout), "acc": str(p.acc),
+                "m": p.m, "n": p.n, "k": p.k, "program": self.program_text,
+                **{name: _rounded(name, self.figures[name]) for name in FIGURES
+                   if self.figures.get(name) is not None},
+                "readings": self.readings, "measured": measured_id}
+
+
+def _rounded(name: str, value: float | None) -> float | None:
+    """Times to 1 ns, ratios to 1e-5: far inside the readings' spread, and the file stays small."""
+    if value is None:
+        return None
+    return round(value, 3 if name.endswith("_us") else 5)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Program:
+    from gemmforge.ir.text import parse
+    return parse(text)
+
+
+class ShippedFile:
+    """The rows of one shipped file, indexed by (class, layout, acc) and by exact problem."""
+
+    def __init__(self, rows: list[ShippedRow], path: Path | None = None):
+        self.path = path
+        self.rows = rows
+        self._by_group: dict[tuple, list[ShippedRow]] = {}
+        self._exact: dict[tuple, ShippedRow] = {}
+        for row in rows:
+            p = row.problem
+            self._by_group.setdefault((row.device_class, p.layout, p.acc), []).append(row)
+            self._exact[(row.device_class, p)] = row
+
+    def exact(self, device_class: str, problem: Problem) -> ShippedRow | None:
+        return self._exact.get((device_class, problem))
+
+    def group(self, device_class: str, problem: Problem) -> list[ShippedRow]:
+        """Rows of `device_class` with `problem`'s layout and accumulator."""
+        return self._by_group.get((device_class, problem.layout, problem.acc), [])
+
+    def classes(self) -> list[str]:
+        return sorted({r.device_class for r in self.rows})
+
+
+def read(path: Path | str) -> ShippedFile:
+    """Parse a shipped file (ShippedError naming the file and what is wrong)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ShippedError(f"shipped file {path}: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ShippedError(f"shipped file {path}: not a {FORMAT} file")
+    measurements = data.get("measurements") or {}
+    try:
+        rows = [_row(r, measurements) for r in data.get("rows") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ShippedError(f"shipped file {path}: bad row: {e}") from None
+    return ShippedFile(rows, path)
+
+
+def _row(r: dict, measurements: dict) -> ShippedRow:
+    problem = Problem(int(r["m"]), int(r["n"]), int(r["k"]), r["layout"], r["acc"])
+    figures = {name: r.get(name) for name in FIGURES}
+    return ShippedRow(str(r["device_class"]), problem, str(r["program"]), figures,
+                      int(r.get("readings") or 1), dict(measurements.get(r.get("measured"), {})))
+
+
+def default_path() -> Path | None:
+    """The file the runtime reads: GEMMFORGE_SHIPPED if set ("none": None), else the
+    package's own search/data/shipped.json."""
+    value = knobs().shipped
+    if value:
+        return None if value.lower() == "none" else Path(value).expanduser()
+    return DEFAULT_PATH
+
+
+def shipped(path: Path | str | None = None) -> ShippedFile:
+    """The shipped file at `path` (default: default_path()), read once per path and
+    modification time; an empty ShippedFile when there is none."""
+    path = Path(path) if path is not None else default_path()
+    if path is None or not path.exists():
+        return ShippedFile([], path)
+    return _cached(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached(path: Path, mtime_ns: int) -> ShippedFile:
+    return read(path)

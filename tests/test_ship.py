@@ -1,0 +1,100 @@
+"""`gemmforge ship`: the shipped file from confirmation CSVs: the best median per shape,
+gate refusals, merging, one line and an exit code for bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gemmforge.cli import main
+from gemmforge.ir.program import Problem
+from gemmforge.search.shipped import FORMAT, read
+from gemmforge.search.ship import ship
+
+A = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
+B = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/4 pred k1 persistent c1x1 pingpong tma"
+H100 = "NVIDIA H100 80GB HBM3"
+HEADER = "m,n,k,layout,acc,device,program,status,kernel_us,cublas_us,speedup,rel_err,regate\n"
+
+
+def _csv(path, rows):
+    path.write_text(HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def _row(program, kernel_us, speedup, device=H100, status="ok", rel_err=2e-4, regate="",
+         shape=(4096, 4096, 4096)):
+    return (*shape, "nn", "f32", device, program, status, kernel_us, kernel_us * speedup,
+            speedup, rel_err, regate)
+
+
+def test_best_median_over_readings(tmp_path):
+    """A wins one reading by a lot, B two of three: B's median is higher, so B ships with
+    the medians of its own three readings."""
+    files = [_csv(tmp_path / f"{x}.csv", [_row(A, 100, a), _row(B, 100, b)])
+             for x, a, b in (("a", 1.20, 1.04), ("b", 1.00, 1.05), ("c", 1.01, 1.03))]
+    out = tmp_path / "shipped.json"
+    rows, refused = ship(files, out, "python3 measure.py", "h100")
+    assert not refused and len(rows) == 1
+    (row,) = read(out).rows
+    assert row.program_text == B and row.readings == 3 and row.device_class == "h100"
+    assert row.speedup == pytest.approx(1.04) and row.figures["min_speedup"] == pytest.approx(1.03)
+    assert row.figures["kernel_us"] == pytest.approx(100) and row.figures["cold_us"] is None
+    assert row.measured["command"] == "python3 measure.py"
+    assert row.measured["devices"] == [H100] and row.measured["date"]
+    assert json.loads(out.read_text())["format"] == FORMAT
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (dict(status="failed"), "status failed"),
+    (dict(rel_err=0.5), "rel_err over the gate's tolerance"),
+    (dict(regate="false"), "regate not passed"),
+    (dict(device="replay"), "not measured on a GPU"),
+    (dict(device="NVIDIA H200"), "device class h200, not h100"),
+    (dict(shape=(4096, 4096, 4095)), "program illegal here"),
+])
+def test_refuses_rows_that_did_not_pass(tmp_path, bad, reason):
+    rows = [_row(A, 90, 1.5, **bad), _row(B, 100, 1.0)]
+    shipped, refused = ship([_csv(tmp_path / "a.csv", rows)], tmp_path / "s.json", "c", "h100")
+    assert [r.program_text for r in shipped] == [B]
+    assert list(refused) and list(refused)[0].startswith(reason)
+
+
+def test_merge_keeps_other_keys_and_replaces_the_shipped_ones(tmp_path):
+    out = tmp_path / "shipped.json"
+    small = (1024, 1024, 1024)
+    ship([_csv(tmp_path / "a.csv", [_row(A, 100, 1.1), _row(A, 10, 1.2, shape=small)])], out, "first")
+    ship([_csv(tmp_path / "b.csv", [_row(B, 100, 1.05)])], out, "second")
+    ship([_csv(tmp_path / "c.csv", [_row(B, 100, 1.07, device="NVIDIA H200")])], out, "third")
+    book = read(out)
+    assert sorted((r.device_class, r.problem.m, r.program_text, r.measured["command"])
+                  for r in book.rows) == [("h100", 1024, A, "first"), ("h100", 4096, B, "second"),
+                                          ("h200", 4096, B, "third")]
+    assert book.exact("h100", Problem(1024, 1024, 1024)).speedup == pytest.approx(1.2)
+    assert len(json.loads(out.read_text())["measurements"]) == 3
+
+
+def test_cli(tmp_path, capsys):
+    src = _csv(tmp_path / "a.csv", [_row(A, 100, 1.1)])
+    out = tmp_path / "s.json"
+    assert main(["ship", "--from", str(src), "--device-class", "h100", "--command", "m",
+                 "--out", str(out)]) == 0
+    assert "shipped 1 shape(s) (h100: 1)" in capsys.readouterr().out
+    assert main(["ship", "--from", str(tmp_path / "missing.csv"), "--command", "m"]) == 2
+    assert "--from: no such file" in capsys.readouterr().err
+    assert main(["ship", "--from", str(src), "--device-class", "replay", "--command", "m"]) == 2
+    assert main(["ship", "--from", str(src), "--command", " "]) == 2
+    failed = _csv(tmp_path / "f.csv", [_row(A, 100, 1.1, status="failed")])
+    assert main(["ship", "--from", str(failed), "--command", "m", "--out", str(out)]) == 1
+    assert "refused 1 row(s): status failed" in capsys.readouterr().out
+
+
+def test_sustained_figures_pick_where_every_reading_has_them(tmp_path):
+    """A leads in short windows, B under sustained load: with sustained columns B ships."""
+    header = HEADER.strip() + ",sustained_us,cublas_sustained_us\n"
+    rows = [_row(A, 100, 1.06) + (110, 108), _row(B, 100, 1.03) + (105, 107)]
+    path = tmp_path / "a.csv"
+    path.write_text(header + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    (row,), _ = ship([path], tmp_path / "s.json", "c", "h100")
+    assert row.program_text == B and row.figures["sustained_us"] == pytest.approx(105)
+    assert row.speedup == pytest.approx(1.03)

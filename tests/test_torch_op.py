@@ -1,0 +1,209 @@
+"""torch.ops.gemmforge.mm on the CPU: the C++ extension builds against the CPU torch; its
+registration table; fallbacks to torch.matmul (one warning per reason); fake/meta shapes
+and torch.compile(fullgraph=True) tracing; matmul's routing rules. The CUDA path is in
+tests/gpu/test_torch_op_gpu.py."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmforge import torch_op  # noqa: E402
+from gemmforge import ops  # noqa: E402
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("c++") is None or shutil.which("ninja") is None,
+    reason="no C++ compiler or ninja here: torch.ops.gemmforge can't be built")
+
+
+@pytest.fixture
+def mm():
+    """The op, built once per session into the session's private cache; its table and
+    warnings cleared."""
+    op = torch_op.load_op()
+    torch.ops.gemmforge._forget_all()
+    yield op
+    torch.ops.gemmforge._forget_all()
+
+
+def _warnings(capfd) -> list[str]:
+    return [line for line in capfd.readouterr().err.splitlines() if "gemmforge.mm:" in line]
+
+
+@needs_compiler
+def test_cpu_tensors_fall_back_with_one_warning(mm, capfd):
+    a, b = torch.randn(8, 16).half(), torch.randn(16, 4).half()
+    assert torch.equal(mm(a, b), torch.matmul(a, b))
+    assert torch.equal(mm(a, b), torch.matmul(a, b))
+    (line,) = _warnings(capfd)
+    assert "operands are not CUDA tensors; torch.matmul serves it" in line
+
+
+@needs_compiler
+def test_wrong_shapes_raise_torch_matmuls_error(mm):
+    for device in ("cpu", "meta"):
+        with pytest.raises(RuntimeError, match=r"cannot be multiplied|same reduction dim"):
+            mm(torch.randn(8, 16).half().to(device), torch.randn(15, 4).half().to(device))
+
+
+@needs_compiler
+@pytest.mark.parametrize("a_shape, b_shape, dtype, out_shape", [
+    ((8, 16), (16, 4), torch.float16, (8, 4)),
+    ((3, 8, 16), (16, 4), torch.float16, (3, 8, 4)),   # batched: torch.matmul's rules
+    ((8, 16), (16, 4), torch.float32, (8, 4)),
+])
+def test_meta_shapes_follow_torch_matmul(mm, a_shape, b_shape, dtype, out_shape):
+    a = torch.empty(a_shape, dtype=dtype, device="meta")
+    b = torch.empty(b_shape, dtype=dtype, device="meta")
+    c = mm(a, b)
+    assert c.shape == out_shape and c.dtype == dtype and c.device.type == "meta"
+
+
+@needs_compiler
+def test_torch_compile_fullgraph_traces_the_op(mm, capfd):
+    """Dynamo and AOT autograd trace the op through its meta kernel (fake tensors): one
+    graph, no break; run eagerly on the CPU it falls back to torch.matmul."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    @torch.compile(fullgraph=True, backend=backend)
+    def f(a, b):
+        return torch.ops.gemmforge.mm(a, b) * 2
+
+    a, b = torch.randn(8, 16).half(), torch.randn(16, 4).half()
+    assert torch.equal(f(a, b), torch.matmul(a, b) * 2)
+    assert len(graphs) == 1
+    assert any(node.target in (torch.ops.gemmforge.mm, torch.ops.gemmforge.mm.default)
+               for node in graphs[0].graph.nodes)
+    compiled = torch.compile(lambda a, b: torch.ops.gemmforge.mm(a, b), fullgraph=True,
+                             backend="aot_eager")
+    assert torch.equal(compiled(a, b), torch.matmul(a, b))
+
+
+@needs_compiler
+def test_registration_table(mm):
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.abs, ctypes.c_void_p).value
+    workspace = torch.empty(64, dtype=torch.uint8)
+    torch.ops.gemmforge._register(8, 4, 16, 1, 0, address, workspace, 64, "some program")
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == "some program"
+    assert torch.ops.gemmforge._registered(8, 4, 16, 0, 0) == ""
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 1) == ""
+    with pytest.raises(RuntimeError, match="layout 0 \\(nn\\) or 1 \\(nt\\)"):
+        torch.ops.gemmforge._register(8, 4, 16, 2, 0, address, workspace, 64, "p")
+    with pytest.raises(RuntimeError, match="null launch entry"):
+        torch.ops.gemmforge._register(8, 4, 16, 0, 0, 0, workspace, 64, "p")
+    with pytest.raises(RuntimeError, match="holds 64 bytes, not 65"):
+        torch.ops.gemmforge._register(8, 4, 16, 0, 0, address, workspace, 65, "p")
+    assert torch.ops.gemmforge._forget_all() == 1
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == ""
+
+
+def test_layout_of_mirrors_the_op():
+    b = torch.empty(16, 4)
+    assert torch_op.layout_of(b) == "nn"
+    assert torch_op.layout_of(torch.empty(4, 16).t()) == "nt"
+    assert torch_op.layout_of(torch.empty(16, 8)[:, ::2]) is None
+    assert torch_op.layout_of(torch.empty(8, 32).t()[:, :4]) == "nt"  # rows of (n, k) at stride k
+    assert torch_op.layout_of(torch.empty(8, 32)[:, :16].t()) is None   # rows at stride 32 != k
+
+
+def test_launch_address():
+    libc = ctypes.CDLL(None)
+
+    class K:
+        _launch = libc.abs
+
+    assert torch_op.launch_address(K()) == ctypes.cast(libc.abs, ctypes.c_void_p).value
+    assert torch_op.launch_address(object()) is None
+
+
+def test_matmul_routes_only_what_the_op_can_serve():
+    f16 = torch.float16
+    a, b = torch.empty(8, 16, dtype=f16), torch.empty(16, 4, dtype=f16)
+    assert ops._key(a, b) is None  # CPU tensors: the op falls back
+    meta = dict(dtype=f16, device="meta")
+    assert ops._key(torch.empty(8, 16, **meta), torch.empty(16, 4, **meta)) is None
+
+
+def test_op_unavailable_warns_once_and_matmul_keeps_its_python_path(monkeypatch):
+    monkeypatch.setattr(torch_op, "_state", {})
+    monkeypatch.setattr(torch_op, "_build_and_load",
+                        lambda: (_ for _ in ()).throw(OSError("no compiler")))
+    with pytest.warns(UserWarning, match="could not be built: OSError: no compiler"):
+        assert torch_op.op_available() is False
+    assert torch_op.op_available() is False  # once
+    with pytest.raises(torch_op.OpUnavailable, match="no compiler"):
+        torch_op.load_op()
+
+
+def test_torch_op_knob_skips_the_build(monkeypatch):
+    monkeypatch.setenv("GEMMFORGE_TORCH_OP", "0")
+    monkeypatch.setattr(ops, "_op_state", {})
+    monkeypatch.setattr(torch_op, "load_op", lambda: pytest.fail("built the op"))
+    assert ops._op_ready() is False
+
+
+@needs_compiler
+def test_matmul_traces_fullgraph_to_the_op(mm, monkeypatch):
+    """Under torch.compile, gemmforge.matmul is the op alone (nothing to register on fake
+    tensors): one graph holding torch.ops.gemmforge.mm."""
+    import gemmforge
+    monkeypatch.setattr(ops, "_op_state", {"ready": True})
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    f = torch.compile(lambda a, b: gemmforge.matmul(a, b, layout="nt"), fullgraph=True,
+                      backend=backend)
+    a, b_nk = torch.randn(8, 16).half(), torch.randn(4, 16).half()
+    assert torch.equal(f(a, b_nk), torch.matmul(a, b_nk.t()))
+    assert len(graphs) == 1
+
+
+def test_op_call_benchmark_shapes_and_summary():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "op_call_gpu.py"
+    spec = importlib.util.spec_from_file_location("op_call_gpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    shapes = bench.smallest(50)
+    assert len(shapes) == 50 and shapes[0].shape == "64x64x64"
+    assert max(p.flops for p in shapes) <= min(p.flops for p in bench.smallest(60)[50:])
+    row = dict(op_call_us=20.0, torch_call_us=25.0, matmul_call_us=30.0, op_enqueue_us=5.0,
+               torch_enqueue_us=4.0, call_ratio=1.25, enqueue_ratio=0.8, served="op")
+    text = bench.summary([row])
+    assert "op <= torch on 1/1" in text and "op rate >= torch's on 0/1" in text
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler here")
+def test_builds_without_ninja(tmp_path):
+    """Where ninja is missing (cpp_extension.load needs it), one c++ call builds the same
+    library (loading it twice would register the namespace twice: built, not loaded)."""
+    lib = torch_op._compile_without_ninja(tmp_path, "gemmforge_op_test")
+    assert lib == tmp_path / "gemmforge_op_test.so" and lib.stat().st_size > 0
+    assert torch_op._compile_without_ninja(tmp_path, "gemmforge_op_test") == lib  # reused
+    assert [p.name for p in tmp_path.iterdir()] == [lib.name]
+
+
+def test_a_shape_whose_kernel_cant_be_built_goes_to_torch_matmul(monkeypatch):
+    from gemmforge.compiler.values import BuildError
+
+    def fail(problem, device):
+        raise BuildError("nvcc exited with 1")
+
+    monkeypatch.setattr(ops, "kernel_for", fail)
+    monkeypatch.setattr(ops, "_routes", {})
+    key = (8, 4, 16, "nn", 0)
+    with pytest.warns(UserWarning, match="no kernel for 8x4x16 nn f32: nvcc exited with 1"):
+        assert ops._register(key) == ops._TORCH
+    assert ops._routes[key] == ops._TORCH
