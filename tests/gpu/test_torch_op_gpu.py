@@ -3,7 +3,7 @@ reference, on the current stream, in a CUDA graph, under torch.compile(fullgraph
 and every input it can't serve answered by torch.matmul instead (run on the GPU machine)."""
 import pytest
 
-from tests.gpu.correctness import operands, relative_error, tolerance
+from .correctness import operands, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
