@@ -35,7 +35,10 @@ from pathlib import Path
 
 import torch
 
-import gemmforge
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings
+from host_overhead_gpu import call_sync_us  # noqa: E402  (the same call + sync timing)
+
+import gemmforge  # noqa: E402
 from gemmforge.ir import Problem
 
 COLUMNS = ("m", "n", "k", "device", "program", "source", "served", "rel_err", "op_call_us",
@@ -67,15 +70,6 @@ def prebuild(problems: list[Problem]) -> dict:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda p: compile(choices[p].program, p, Target(device_sm=sm)), problems))
     return choices
-
-
-def call_sync_us(fn, refill) -> float:
-    refill()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter_ns()
-    fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter_ns() - t0) / 1e3
 
 
 def enqueue_us(fn, count: int) -> float:
