@@ -3,6 +3,7 @@
     parse_shapes("1024x1024x1024,1000x4096x333")   # a comma list of MxNxK
     parse_shapes("grid")                            # the 1,000 shapes of data/grid_1000.txt
     parse_shapes("sample:20:3")                     # 20 grid shapes drawn with random.Random(3)
+    parse_shapes("grid:small,medium")               # the grid shapes of those FLOP classes
     parse_shapes("@shapes.txt")                     # one MxNxK per line
 """
 from __future__ import annotations
@@ -17,8 +18,11 @@ GRID = Path(__file__).with_name("data") / "grid_1000.txt"
 
 def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
     """Problems from a --shapes value (see the module docstring); raises IRError on a bad
-    shape. `sample:N[:SEED]` draws N grid shapes with SEED (default 0)."""
+    shape. `sample:N[:SEED]` draws N grid shapes with SEED (default 0); `grid:CLASSES`
+    keeps the grid shapes of the FLOP classes named (search.portfolio.shape_class)."""
     from gemmforge.ir.text import parse_problem
+    if spec.startswith("grid:"):
+        return _grid_classes(spec[len("grid:"):].split(","), layout, acc)
     if spec == "grid" or spec.startswith("sample:"):
         shapes = GRID.read_text().split()
         if spec != "grid":
@@ -29,3 +33,13 @@ def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Proble
     else:
         shapes = [s for s in spec.split(",") if s.strip()]
     return [parse_problem(f"{s} {layout} {acc}") for s in shapes]
+
+
+def _grid_classes(classes: list[str], layout: str, acc: str) -> list[Problem]:
+    from gemmforge.ir.program import IRError
+    from gemmforge.search.portfolio import CLASSES, shape_class
+    unknown = sorted(set(classes) - set(CLASSES))
+    if unknown:
+        raise IRError(f"--shapes grid:{','.join(classes)}: unknown class "
+                         f"{', '.join(unknown)} (classes: {', '.join(CLASSES)})")
+    return [p for p in parse_shapes("grid", layout, acc) if shape_class(p) in classes]

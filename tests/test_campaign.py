@@ -201,6 +201,19 @@ def test_one_campaign_per_store(tmp_path):
         pass
 
 
+def test_grid_shapes_by_flop_class():
+    from gemmforge.ir.program import IRError
+    from gemmforge.search.portfolio import shape_class
+    from gemmforge.search.shapes import parse_shapes
+    below = parse_shapes("grid:small,medium", "nt")
+    large = parse_shapes("grid:large")
+    assert len(below) + len(large) == 1000 and len(large) == 187
+    assert {shape_class(p) for p in below} == {"small", "medium"}
+    assert all(str(p.layout) == "nt" for p in below)
+    with pytest.raises(IRError, match="unknown class tiny"):
+        parse_shapes("grid:tiny")
+
+
 def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
     from gemmforge.search import portfolio as module
     from gemmforge.search.shapes import parse_shapes

@@ -129,7 +129,7 @@ def cmd_bench(args) -> int:
 def add_to(sub) -> None:
     b = sub.add_parser("bench", help="measure programs or backends against cuBLAS",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--shapes", required=True, help="MxNxK,..., grid, sample:N[:SEED] or @file")
+    b.add_argument("--shapes", required=True, help="MxNxK,..., grid, grid:CLASSES (small,medium,large), sample:N[:SEED] or @file")
     b.add_argument("--program", action="append", help="program text, JSON or @file (repeatable)")
     b.add_argument("--backends", help="comma list: the heuristic's program per backend")
     b.add_argument("--chosen", action="store_true",

@@ -152,7 +152,7 @@ def add_to(sub) -> None:
     c.add_argument("--status", action="store_true", help="print where it stands; measure nothing")
     c.add_argument("--report", help="write the grid report NAME.csv/.png (no measuring)")
     c.add_argument("--report-dir", default=".", help="folder for --report (default: here)")
-    c.add_argument("--shapes", help="grid (default), sample:N[:SEED], MxNxK,... or @file")
+    c.add_argument("--shapes", help="grid (default), grid:CLASSES (small,medium,large), sample:N[:SEED], MxNxK,... or @file")
     c.add_argument("--layout", help="nn (default) or nt")
     c.add_argument("--acc", help="f32 (default) or f16")
     c.add_argument("--backends", help="whose heuristic proposals enter the portfolio "

@@ -151,7 +151,7 @@ def add_to(sub) -> None:
     """Add `tune` to the gemmforge parser's subcommands `sub`."""
     t = sub.add_parser("tune", help="tune shapes: optuna + a policy, one worker per GPU",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--shapes", required=True, help="MxNxK,..., grid, sample:N[:SEED] or @file")
+    t.add_argument("--shapes", required=True, help="MxNxK,..., grid, grid:CLASSES (small,medium,large), sample:N[:SEED] or @file")
     t.add_argument("--layout", default="nn", help="nn or nt")
     t.add_argument("--acc", default="f32", help="f32 or f16")
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
