@@ -4,7 +4,9 @@ CUDA-L2's published H100 ratios.
     paths = write_grid_report(campaign, "grid_h100", Path("benchmarks/results"), command)
 
 Writes, under the folder:
-  NAME.csv ......... one row per shape measured so far (1,000 once the campaign is through):
+  NAME.csv ......... one row per shape measured so far (1,000 once the campaign is through;
+                     with `shipped`, the grid shapes the campaign lacks come from the shipped
+                     file's confirmations for its device class, marked source "shipped"):
                      the results-file columns (search.report.COLUMNS: kernel, cold and call
                      times, each with cuBLAS's in the same group, sustained for the large
                      class) of the shape's confirmed winner, plus shape_class, confirmed,
@@ -65,11 +67,41 @@ def shape_rows(campaign) -> list[tuple[Result, dict]]:
         published = cuda_l2().get((problem.m, problem.n, problem.k), {})
         out.append((best, {
             "shape_class": shape_class(problem), "confirmed": winner is not None,
+            "source": "campaign",
             "regate": "ok" if winner is not None else "not confirmed",
             "selected_by": "sustained" if large and best.sustained_speedup else "kernel",
             "cold_speedup": best.cold_speedup,
             "sustained_speedup": best.sustained_speedup,
             **{f"cuda_l2_{c}": published.get(c) for c in L2_COLUMNS}}))
+    return out
+
+
+def shipped_rows(problems, device_class: str, device: str,
+                 shipped=None) -> list[tuple[Result, dict]]:
+    """Rows for `problems` from the shipped file's `device_class` confirmations (regate
+    "shipped": `gemmforge ship` refuses them, so they never ship twice), their command
+    in the extra columns."""
+    from gemmforge.search.shipped import shipped as default_shipped
+    shipped = shipped or default_shipped()
+    out = []
+    for problem in problems:
+        row = shipped.exact(device_class, problem)
+        if row is None:
+            continue
+        f = row.figures
+        result = Result(row.program_text, problem.m, problem.n, problem.k, str(problem.layout),
+                        str(problem.acc), device=device, **{
+                            k: f.get(k) for k in ("kernel_us", "cublas_us", "cold_us",
+                                                  "cublas_cold_us", "call_us", "cublas_call_us",
+                                                  "sustained_us", "cublas_sustained_us")})
+        published = cuda_l2().get((problem.m, problem.n, problem.k), {})
+        out.append((result, {
+            "shape_class": shape_class(problem), "confirmed": True, "source": "shipped",
+            "regate": "shipped", "selected_by": "kernel" if not result.sustained_speedup
+            else "sustained", "cold_speedup": result.cold_speedup,
+            "sustained_speedup": result.sustained_speedup,
+            **{f"cuda_l2_{c}": published.get(c) for c in L2_COLUMNS},
+            "command": row.measured.get("command", "")}))
     return out
 
 
@@ -158,14 +190,18 @@ def plot(rows: list[tuple[Result, dict]], lines: list[dict], path: Path, title: 
     return path
 
 
-def write_grid_report(campaign, name: str, folder: Path, command: str = "") -> list[Path]:
+def write_grid_report(campaign, name: str, folder: Path, command: str = "",
+                      fill: list[tuple[Result, dict]] = ()) -> list[Path]:
     """Write NAME.csv, NAME_decades.csv and NAME.png under `folder`; print the Markdown
-    decade table. Returns the paths written."""
-    rows = shape_rows(campaign)
+    decade table. `fill`: rows for shapes the campaign lacks (shipped_rows), after its own.
+    Returns the paths written."""
+    rows = [(r, {**e, "command": command}) for r, e in shape_rows(campaign)]
+    have = {(r.m, r.n, r.k) for r, _ in rows}
+    rows += [(r, e) for r, e in fill if (r.m, r.n, r.k) not in have]
     if not rows:
         raise ValueError("nothing measured ok yet: no report")
     folder.mkdir(parents=True, exist_ok=True)
-    extra = [{**e, "command": command} for _, e in rows]
+    extra = [e for _, e in rows]
     table = write_csv([r for r, _ in rows], name, folder, extra)
     lines = decade_rows(rows)
     decades = _write_decades(lines, folder / f"{name}_decades.csv")

@@ -221,3 +221,21 @@ def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
     alone = [settings().portfolio.programs_for(p, ARCHS) for p in problems]
     monkeypatch.setattr(module, "PARALLEL_PLAN", 2)
     assert settings().portfolio.plan(problems, ARCHS) == alone
+
+
+def test_report_fills_grid_shapes_from_the_shipped_file():
+    from gemmforge.search.grid_report import shipped_rows
+    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.ship import refusal
+    from gemmforge.search.shipped import shipped
+    large = parse_shapes("grid:large")
+    rows = shipped_rows(large + parse_shapes("64x64x64"), "h100", "NVIDIA H100 80GB HBM3")
+    assert len(rows) == sum(shipped().exact("h100", p) is not None for p in large) > 100
+    result, extra = rows[0]
+    row = shipped().exact("h100", large[0])
+    assert result.program == row.program_text
+    assert result.speedup == pytest.approx(row.figures["cublas_us"] / row.figures["kernel_us"])
+    assert extra["source"] == "shipped" and extra["command"] == row.measured["command"]
+    as_csv = {**vars(result), **extra}
+    assert refusal({k: "" if v is None else str(v) for k, v in as_csv.items()},
+                   "h100") == "regate not passed"

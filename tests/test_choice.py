@@ -141,7 +141,7 @@ def test_the_package_ships_the_large_class_confirmations():
     program legal for its shape, each with its command; geomeans as benchmarks/README.md."""
     book = read(DEFAULT_PATH)
     for cls, readings, geomean in (("h100", 3, 1.0423), ("h200", 2, 1.0457)):
-        rows = [r for r in book.rows if r.device_class == cls]
+        rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11]
         assert len(rows) == 187 and len({r.problem for r in rows}) == 187
         assert all(r.problem.flops >= 1e11 and r.readings == readings for r in rows)
         assert all(check(r.program, r.problem) is None for r in rows)
@@ -149,6 +149,20 @@ def test_the_package_ships_the_large_class_confirmations():
                    for r in rows)
         geo = math.exp(sum(math.log(r.speedup) for r in rows) / len(rows))
         assert geo == pytest.approx(geomean, abs=1e-4)
+
+
+def test_the_package_ships_every_grid_shape_for_the_h100():
+    """The 813 shapes below 1e11 from the grid campaign's confirmations (benchmarks/README.md,
+    grid_h100), the large class from hopper_large.py's: one legal program per grid shape."""
+    from gemmforge.search.shapes import parse_shapes
+    book = read(DEFAULT_PATH)
+    rows = {r.problem: r for r in book.rows if r.device_class == "h100"}
+    grid = parse_shapes("grid")
+    assert set(grid) <= set(rows)
+    below = [rows[p] for p in grid if p.flops < 1e11]
+    assert len(below) == 813 and all(check(r.program, r.problem) is None for r in below)
+    assert all(r.measured["command"].startswith("gemmforge campaign") and r.measured["commit"]
+               and r.figures.get("cold_us") and r.figures.get("call_us") for r in below)
 
 
 def test_bench_chosen_prints_where_each_program_came_from(capsys):

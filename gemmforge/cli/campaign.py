@@ -135,9 +135,26 @@ def _report(store, problems, settings, args) -> int:
     from gemmforge.search.grid_report import write_grid_report
     campaign = Campaign(store, _StatusRunner(store), problems, settings, progress=False)
     command = store.get("command", "gemmforge campaign")
-    for path in write_grid_report(campaign, args.report, Path(args.report_dir), command):
+    fill = _shipped_fill(store, problems) if args.with_shipped else []
+    for path in write_grid_report(campaign, args.report, Path(args.report_dir), command, fill):
         print(f"wrote {path}")
     return 0
+
+
+def _shipped_fill(store, problems) -> list:
+    """The shipped file's rows for the grid shapes outside the campaign (same device class,
+    layout and accumulator)."""
+    from gemmforge.cli.common import UsageError
+    from gemmforge.search.devices import device_class
+    from gemmforge.search.grid_report import shipped_rows
+    from gemmforge.search.shapes import parse_shapes
+    device = store.get("device", "")
+    cls = device_class(device)
+    if cls is None or not problems:
+        raise UsageError(f"--with-shipped: the store's device {device!r} has no device class")
+    have = set(problems)
+    grid = parse_shapes("grid", str(problems[0].layout), str(problems[0].acc))
+    return shipped_rows([p for p in grid if p not in have], cls, device)
 
 
 def add_to(sub) -> None:
@@ -152,6 +169,8 @@ def add_to(sub) -> None:
     c.add_argument("--status", action="store_true", help="print where it stands; measure nothing")
     c.add_argument("--report", help="write the grid report NAME.csv/.png (no measuring)")
     c.add_argument("--report-dir", default=".", help="folder for --report (default: here)")
+    c.add_argument("--with-shipped", action="store_true",
+                   help="--report: grid shapes outside the campaign from the shipped file")
     c.add_argument("--shapes", help="grid (default), grid:CLASSES (small,medium,large), sample:N[:SEED], MxNxK,... or @file")
     c.add_argument("--layout", help="nn (default) or nt")
     c.add_argument("--acc", help="f32 (default) or f16")
