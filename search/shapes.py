@@ -4,7 +4,7 @@
     parse_shapes("grid")                            # the 1,000 shapes of data/grid_1000.txt
     parse_shapes("sample:20:3")                     # 20 grid shapes drawn with random.Random(3)
     parse_shapes("grid:small,medium")               # the grid shapes of those FLOP classes
-    parse_shapes("@shapes.txt")                     # one MxNxK per line
+    parse_shapes("@shapes.txt")                     # MxNxK per line ('#' starts a comment)
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Proble
             _, count, *seed = spec.split(":")
             shapes = random.Random(int(seed[0]) if seed else 0).sample(shapes, int(count))
     elif spec.startswith("@"):
-        shapes = Path(spec[1:]).read_text().split()
+        lines = Path(spec[1:]).read_text().splitlines()
+        shapes = [s for line in lines for s in line.partition("#")[0].split()]
     else:
         shapes = [s for s in spec.split(",") if s.strip()]
     return [parse_problem(f"{s} {layout} {acc}") for s in shapes]

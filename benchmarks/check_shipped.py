@@ -1,0 +1,62 @@
+"""Issue 21's correctness target: every program of the shipped file, re-gated on this GPU at
+its shape.
+
+    python3 benchmarks/check_shipped.py [--shipped PATH] [--device-class h100] \
+        [--report-dir DIR] [--name shipped_check_h100]
+
+For each shipped row of the GPU's device class (search.devices; --device-class to choose):
+the program is built (in parallel) and run at its shape through the measuring path
+(search.measure): the correctness gate before timing (random inputs against an fp32
+reference, plus the {0,1} exact check where k <= 2048), one short timing round, and the
+re-validation after it into a NaN-filled output with fresh inputs. A row passes when both
+hold. Writes <report-dir>/<name>.csv (one row per shipped shape: status, rel_err, kernel and
+cuBLAS times of this short round) and prints how many failed; exits 1 if any did.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gemmforge.search.campaign_runners import GridRunner
+from gemmforge.search.devices import device_class
+from gemmforge.search.records import BenchSettings
+from gemmforge.search.report import write_csv
+from gemmforge.search.shipped import DEFAULT_PATH, read
+
+CHECK_BENCH = BenchSettings(protocols=("kernel",), rounds=1, warmup=1, warm_rounds=0,
+                            graph_us=200.0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shipped", default=str(DEFAULT_PATH), help="the shipped file")
+    ap.add_argument("--device-class", help="whose rows (default: this GPU's class)")
+    ap.add_argument("--report-dir", default=".", help="where the CSV goes")
+    ap.add_argument("--name", default="shipped_check", help="the CSV's name")
+    args = ap.parse_args(argv)
+    runner = GridRunner()
+    try:
+        cls = args.device_class or device_class(runner.device)
+        rows = [r for r in read(args.shipped).rows if r.device_class == cls]
+        if not rows:
+            print(f"no shipped rows for device class {cls!r} ({runner.device})")
+            return 1
+        results = {}
+        runner.measure_groups([(r.problem, [r.program_text]) for r in rows], CHECK_BENCH,
+                              lambda problem, rs: results.__setitem__(problem, rs[0]))
+    finally:
+        runner.close()
+    ordered = [results[r.problem] for r in rows]
+    path = write_csv(ordered, args.name, Path(args.report_dir),
+                     [{"device_class": cls} for _ in rows])
+    failed = [r for r in ordered if r.status != "ok"]
+    for r in failed:
+        print(f"FAILED {r.m}x{r.n}x{r.k} {r.layout} {r.acc}: {r.program}: {r.kind} {r.message}")
+    print(f"{len(rows) - len(failed)} of {len(rows)} shipped {cls} programs passed the gate and "
+          f"the re-validation on {runner.device}; wrote {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
