@@ -19,6 +19,9 @@ the other stages' rows stay):
                       the best measured program), estimated_fraction, seconds_per_shape
   llm_rl_shapes.csv   one row per (stage, shape)
   llm_rl_curve.png    mean reward and legal fraction against training step (RUN/steps.csv)
+and, for the trained stage, --proposals (default benchmarks/programs/llm_rl_proposals.txt):
+each held-out shape's distinct legal proposals, a `# shape MxNxK nn f32` line before
+them, for a live measurement on the GPU (benchmarks/README.md, llm_rl, has the command).
 """
 from __future__ import annotations
 
@@ -33,9 +36,9 @@ from pathlib import Path
 from gemmforge.ir.program import Arch
 from gemmforge.ir.space import Space
 from gemmforge.policy.llm import parse_reply
-from gemmforge.policy.prompts import Prompt
+from gemmforge.policy.prompts import TEXT_REPLY_TOKENS, Prompt
 from gemmforge.search.env import WORST_REWARD
-from gemmforge.search.llm_tasks import ARCH, make_tasks, split_shapes
+from gemmforge.search.llm_tasks import ARCH, TEMPERATURE, make_tasks, split_shapes
 from gemmforge.search.replay_reward import ReplayReward, is_estimated
 
 STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
@@ -47,13 +50,14 @@ EVAL_SEED = 1234
 
 
 def _prompt(row: dict) -> Prompt:
-    system, user = (m["content"] for m in row["prompt"])
-    return Prompt(system, user)
+    system, user = (m["content"] for m in row["prompt"][:2])
+    return Prompt(system, user, reply_prefix=row["reply_prefix"])
 
 
 def llm_programs(sampler, row: dict, problem, samples: int, max_tokens: int) -> list:
-    """The programs of `samples` completions (None where a reply gave no legal one)."""
-    texts = sampler.sample(_prompt(row), {}, samples, temperature=1.0,
+    """The programs of `samples` one-line replies (None where a reply gave no legal one),
+    sampled as train-llm samples: the compact prompt, its reply prefix, TEMPERATURE."""
+    texts = sampler.sample(_prompt(row), None, samples, temperature=TEMPERATURE,
                            max_tokens=max_tokens, seed=EVAL_SEED)
     return [parse_reply(t, problem, ARCH).program for t in texts]
 
@@ -71,7 +75,7 @@ def shape_row(stage: str, problem, programs: list, model: ReplayReward) -> dict:
     ok = best is not None and best.ok
     tuned = model.best(problem)
     return {"stage": stage, "problem": str(problem), "legal": len(legal),
-            "distinct": len(set(legal)),
+            "distinct": len(set(legal)), "programs": list(dict.fromkeys(str(p) for p in legal)),
             "best_ratio": best.speedup if ok else math.exp(WORST_REWARD),
             "tuned_ratio": tuned.speedup if tuned else "",
             "best_program": best.program if ok else "",
@@ -141,6 +145,17 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
+def write_proposals(path: Path, rows: list[dict], adapter: str) -> None:
+    """Each shape's distinct legal proposals under a `# shape PROBLEM` line."""
+    lines = [f"# trained policy's proposals (adapter {adapter}) on the held-out shapes, "
+             f"from benchmarks/llm_rl.py; program text, one a line"]
+    for row in rows:
+        lines.append(f"# shape {row['problem']}")
+        lines.extend(row["programs"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def merged(path: Path, rows: list[dict], stages: set[str]) -> list[dict]:
     """The file's rows of other stages, then `rows`: a stage run later replaces its own."""
     if not path.exists():
@@ -152,7 +167,7 @@ def merged(path: Path, rows: list[dict], stages: set[str]) -> list[dict]:
 def write_csv(path: Path, fields, rows) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -163,9 +178,12 @@ def main(argv=None) -> int:
     ap.add_argument("--run", required=True, help="gemmforge train-llm --output folder")
     ap.add_argument("--shapes", type=int, default=30, help="held-out shapes to use (<= 30)")
     ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=192, help="as train-llm's default")
+    ap.add_argument("--max-tokens", type=int, default=TEXT_REPLY_TOKENS,
+                    help="as train-llm's completion limit")
     ap.add_argument("--stages", default="base,trained,random")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--proposals", type=Path,
+                    default=Path(__file__).parent / "programs" / "llm_rl_proposals.txt")
     args = ap.parse_args(argv)
     full = ReplayReward()
     split = split_shapes(full)
@@ -174,6 +192,8 @@ def main(argv=None) -> int:
     stages, shapes, done = [], [], set()
     for stage in args.stages.split(","):
         row, rows = evaluate_stage(stage, tasks, full, args)
+        if stage == "trained":
+            write_proposals(args.proposals, rows, row["adapter"])
         stages.append(row)
         shapes.extend(rows)
         done.add(stage)

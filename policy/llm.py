@@ -17,6 +17,11 @@ where "program" is ir.schema's versioned Program object, narrowed to one variant
 backend usable for the problem (`anyOf`): the backend's name, the arch asked for, and the
 values the backend declares for its restricted fields. A bare Program object is accepted
 too, for servers that ignore the schema.
+
+With PromptConfig(reply="text") (`gemmforge tune --llm-reply text`, what `gemmforge
+train-llm` trains on) the prompt is the compact one (policy.prompts.compact_prompt) and a
+reply is one line of program text, unconstrained, stopped at its newline, started with
+the prompt's reply prefix where one backend is offered.
 """
 from __future__ import annotations
 
@@ -32,7 +37,10 @@ from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
 from gemmforge.ir.schema import program_schema, to_json
 from gemmforge.policy.dataset import DatasetWriter, make_row
 from gemmforge.policy.lineage import Lineage
-from gemmforge.policy.prompts import FAILED_REWARD, Prompt, PromptConfig, build_prompt, usable_backends
+from gemmforge.policy.prompts import (
+    FAILED_REWARD, JSON_REPLY_TOKENS, TEXT_REPLY_TOKENS, Prompt, PromptConfig, build_prompt,
+    usable_backends,
+)
 from gemmforge.policy.replies import Proposal, parse_reply
 from gemmforge.policy.samplers import (
     OpenAISampler, Sampler, SamplerError, TransformersSampler, VLLMSampler, adapter_id,
@@ -135,7 +143,7 @@ class LLMPolicy:
                  sampler: Sampler | None = None, lineage: Lineage | None = None,
                  dataset: str | Path | DatasetWriter | None = None,
                  config: PromptConfig = PromptConfig(), temperature: float = 0.8,
-                 max_tokens: int = 768, oversample: int = 2, rounds: int = 2,
+                 max_tokens: int | None = None, oversample: int = 2, rounds: int = 2,
                  max_n: int = 8, seed: int | None = None,
                  adapter: str | Path | None = None, say=_say, **sampler_opts):
         self.sampler = sampler or make_sampler(model, url, adapter=adapter, **sampler_opts)
@@ -144,7 +152,9 @@ class LLMPolicy:
         self.source = self.name if self.adapter is None else f"{self.name}:{self.adapter}"
         self.lineage = lineage if lineage is not None else Lineage()
         self.dataset = DatasetWriter(dataset) if isinstance(dataset, (str, Path)) else dataset
-        self.config, self.temperature, self.max_tokens = config, temperature, max_tokens
+        self.config, self.temperature = config, temperature
+        self.max_tokens = max_tokens or (JSON_REPLY_TOKENS if config.reply == "json"
+                                         else TEXT_REPLY_TOKENS)
         self.oversample, self.rounds, self.seed = max(1, oversample), max(1, rounds), seed
         self.max_n = max(1, max_n)
         self.proposals: list[Proposal] = []
@@ -154,7 +164,7 @@ class LLMPolicy:
         self.failures: dict[str, list] = {}
         self.say, self._warned = say, False
 
-    def _sample(self, prompt: Prompt, schema: dict, k: int) -> list[str] | str:
+    def _sample(self, prompt: Prompt, schema: dict | None, k: int) -> list[str] | str:
         """k completions, or the sampler's failure reason as a string."""
         # vLLM seeds the i-th of n samples with seed + i: space requests far apart
         seed = None if self.seed is None else self.seed + SEED_STRIDE * self._requests
@@ -189,6 +199,7 @@ class LLMPolicy:
             return []
         try:
             schema = reply_schema(problem, arch, self.config.backends)
+            schema = schema if self.config.reply == "json" else None  # text: unconstrained
         except ValueError as e:
             prompt = build_prompt(problem, arch, self.lineage, self.config)
             self._fail(Proposal(None, f"schema: {e}", ""), prompt, problem, arch)
@@ -203,8 +214,8 @@ class LLMPolicy:
                 self._fail(Proposal(None, texts, ""), prompt, problem, arch)
                 break
             for text in texts:
-                self._take(parse_reply(text, problem, arch), prompt, problem, arch, out, seen,
-                           skip)
+                proposal = parse_reply(text, problem, arch, self.config.reply)
+                self._take(proposal, prompt, problem, arch, out, seen, skip)
             if len(out) >= n:
                 break
         self._warn_if_all_failed()
@@ -300,7 +311,7 @@ def from_cli(url: str | None = None, model: str | None = None, *,
              temperature: float = 0.8, seed: int | None = None,
              adapter: str | None = None, engine: str = "vllm",
              backends=None, timeout_s: float | None = None,
-             endpoint: str = "chat") -> LLMPolicy:
+             endpoint: str = "chat", reply: str = "json") -> LLMPolicy:
     """The policy `gemmforge tune --policy llm --llm-url URL --llm-model DIR` runs.
 
     `url`: an OpenAI-compatible server (`model`, if given, is the served model's name);
@@ -311,12 +322,14 @@ def from_cli(url: str | None = None, model: str | None = None, *,
     name: `vllm serve BASE --enable-lora --lora-modules NAME=PATH`). `engine`: "vllm" or
     "transformers" for a local model directory. `backends`: names the prompt and the
     reply schema offer (None: every usable backend).
-    With `url`: `timeout_s` per request (default samplers.DEFAULT_TIMEOUT_S) and
-    `endpoint` ("chat" or "completions").
+    `reply`: "json" (the full contrastive prompt, a JSON reply under the schema) or "text"
+    (the compact prompt and one line of program text back: how `gemmforge train-llm`
+    trains, so an adapter from it wants "text"). With `url`: `timeout_s` per request
+    (default samplers.DEFAULT_TIMEOUT_S) and `endpoint` ("chat" or "completions").
     """
     graph = Lineage.load(lineage) if lineage and Path(lineage).exists() else None
     server = {"api": endpoint, **({"timeout_s": timeout_s} if timeout_s else {})} if url else {}
     return LLMPolicy(model=model, url=url, dataset=dataset, lineage=graph,
-                     config=PromptConfig(backends=tuple(backends or ())),
+                     config=PromptConfig(backends=tuple(backends or ()), reply=reply),
                      temperature=temperature, seed=seed, adapter=adapter, engine=engine,
                      **server)

@@ -63,16 +63,32 @@ _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMx
                 "split_k inkernel sums the slices inside the kernel (no reduce kernel).")
 
 
+REPLY_FORMS = ("json", "text")
+JSON_REPLY_TOKENS = 768  # an analysis of <= 80 words, then the program's JSON form
+TEXT_REPLY_TOKENS = 64
+"""The token limit of a one-line reply: the longest program text takes 49 tokens with
+SmolLM2's BPE (every optional token set), so 64 leaves a margin; a reply stops at its
+newline anyway."""
+
+
 @dataclass(frozen=True)
 class PromptConfig:
-    """How many contrastive examples a prompt shows, by kind, and which backends it offers
-    (`backends`: names; empty for every usable one). Fewer backends make a shorter prompt
-    and a narrower reply schema, which is what a CPU training run can afford."""
+    """How many contrastive examples a prompt shows, by kind, which backends it offers
+    (`backends`: names; empty for every usable one) and the reply asked for (`reply`):
+    "json" (the full prompt, an analysis and the program's JSON form, ~1k prompt tokens
+    and ~200 reply tokens) or "text" (the compact prompt, compact_prompt: one line of
+    program text back, ~300 prompt tokens and ~50 reply tokens). Fewer backends and text
+    replies are what a CPU training run can afford."""
 
     best: int = 2
     worst: int = 2
     neighbours: int = 3
     backends: tuple[str, ...] = ()
+    reply: str = "json"
+
+    def __post_init__(self):
+        if self.reply not in REPLY_FORMS:
+            raise ValueError(f"reply: {self.reply!r} is not one of {', '.join(REPLY_FORMS)}")
 
 
 @dataclass(frozen=True)
@@ -80,20 +96,31 @@ class Prompt:
     """A chat prompt (system + user); `messages()` for chat APIs, `text()` for completions.
 
     `parent` is the best program the prompt shows (what a new program is derived from in
-    the lineage), or None when it shows none."""
+    the lineage), or None when it shows none. `reply_prefix` is text the reply starts
+    with, written into the assistant's turn before the model continues it (`chat()`,
+    `text()`); a sampler returns the prefix and the continuation as one reply."""
 
     system: str
     user: str
     parent: Program | None = None
+    reply_prefix: str = ""
 
     def messages(self) -> list[dict]:
         """The chat form: a system and a user message."""
         return [{"role": "system", "content": self.system},
                 {"role": "user", "content": self.user}]
 
+    def chat(self) -> list[dict]:
+        """What a chat model continues: messages(), then an assistant message holding
+        `reply_prefix` if there is one (to be continued, not closed)."""
+        prefix = [{"role": "assistant", "content": self.reply_prefix}] if self.reply_prefix \
+            else []
+        return self.messages() + prefix
+
     def text(self) -> str:
         """The plain-text form, for completion endpoints and models with no chat template."""
-        return f"{self.system}\n\n{self.user}\n\nReply (JSON):\n"
+        intro = "Reply (JSON):" if not self.reply_prefix else "Reply:"
+        return f"{self.system}\n\n{self.user}\n\n{intro}\n{self.reply_prefix}"
 
 
 SYSTEM = ("You are a GPU performance engineer who writes HGEMM kernels (fp16 C = A @ B) as "
@@ -251,8 +278,11 @@ def avoid_section(avoid: Sequence[Program]) -> str:
 def build_prompt(problem: Problem, arch: Arch, lineage: Lineage | None = None,
                  config: PromptConfig = PromptConfig(), avoid: Sequence[Program] = ()) -> Prompt:
     """The contrastive prompt for `problem` on `arch`; deterministic given the lineage
-    (and `avoid`, programs proposed earlier in the same call that it must not repeat)."""
+    (and `avoid`, programs proposed earlier in the same call that it must not repeat).
+    With config.reply "text", the compact prompt (compact_prompt)."""
     examples = pick_examples(lineage, problem, config) if lineage is not None else []
+    if config.reply == "text":
+        return compact_prompt(problem, arch, examples, config, avoid)
     sections = [problem_section(problem, arch), hardware_section(arch),
                 backends_section(problem, arch, config.backends), examples_section(examples)]
     if avoid:
@@ -260,3 +290,53 @@ def build_prompt(problem: Problem, arch: Arch, lineage: Lineage | None = None,
     user = "\n\n".join([*sections, request_section(examples)])
     parent = min(examples, key=lambda e: (-e[2], str(e[1])))[1] if examples else None
     return Prompt(SYSTEM, user, parent)
+
+
+COMPACT_SYSTEM = ("You write HGEMM kernels (fp16 C = A @ B) as programs of the gemmforge IR, "
+                  "one line of text each. Reply with one program line and nothing else.")
+
+_COMPACT_FORM = ("Program form: backend arch BMxBNxBK wWMxWN sSTAGES swizzle raster/GROUP "
+                 "padding kSPLIT schedule cCMxCN warp_spec epilogue [l2first] [swap].")
+
+
+def compact_rules(be, arch: Arch) -> str:
+    """One line of `be`'s divisibility, stage, shared-memory and register rules."""
+    mm, mn, mk = be.mma_shape
+    lim = LIMITS[arch]
+    return (f"{be.name} rules: bm a multiple of {mm}*wm, bn of {mn}*wn, bk of {mk}; "
+            f"stages <= {be.max_stages} and stages*(bm+bn)*bk*2 <= {lim.max_smem_per_block} "
+            f"bytes; bm*bn/({be.unit_threads}*wm*wn) <= {ACCUM_REG_BUDGET}.")
+
+
+def compact_prompt(problem: Problem, arch: Arch, examples: list[tuple[str, Program, float]],
+                   config: PromptConfig, avoid: Sequence[Program] = ()) -> Prompt:
+    """The short prompt that asks for one line of program text: the problem, the text
+    form, each usable backend's rules in a line, the measured examples fastest first with
+    their speed against cuBLAS, and programs already proposed (`avoid`)."""
+    m, n, k = problem.m, problem.n, problem.k
+    ctas = math.ceil(m / 128) * math.ceil(n / 128)
+    lines = [f"Write one HGEMM kernel program for {arch.value}: C = A @ B, m={m} n={n} "
+             f"k={k}, layout {problem.layout.value}, {problem.acc.value} accumulate; 128x128 "
+             f"tiles give {ctas} CTAs on {SM_COUNT[arch]} SMs.", _COMPACT_FORM]
+    lines.extend(compact_rules(be, arch) for be in usable_backends(problem, arch,
+                                                                  config.backends))
+    ordered = sorted(examples, key=lambda e: (-e[2], str(e[1])))
+    if ordered:
+        lines.append("Measured for this shape (speed vs cuBLAS):")
+        lines.extend(f"{p} -> " + ("failed" if r <= FAILED_REWARD else f"{math.exp(r):.3f}x")
+                     for _, p, r in ordered)
+    if avoid:
+        lines.append("Already proposed: " + "; ".join(str(p) for p in sorted(set(avoid), key=str)))
+    lines.append("Reply with one new program line, different from those above, that should "
+                 "be faster." if ordered else "Reply with one program line.")
+    parent = ordered[0][1] if ordered else None
+    return Prompt(COMPACT_SYSTEM, "\n".join(lines), parent, reply_prefix(problem, arch, config))
+
+
+def reply_prefix(problem: Problem, arch: Arch, config: PromptConfig) -> str:
+    """What every legal one-line reply starts with: "BACKEND ARCH" where one backend is
+    usable, else "". A small model told to reply with program text mostly writes prose
+    (SmolLM2-135M: 0 of 40 replies legal); started on the program's first tokens, it
+    continues the examples' form."""
+    usable = usable_backends(problem, arch, config.backends)
+    return f"{usable[0].name} {arch.value}" if len(usable) == 1 else ""

@@ -12,7 +12,11 @@ A sampler is anything with
     sample(prompt: Prompt, schema: dict, n: int, *, temperature: float,
            max_tokens: int, seed: int | None) -> list[str]
 
-that returns up to `n` completion texts or raises `SamplerError` with the reason.
+that returns up to `n` completion texts or raises `SamplerError` with the reason. A
+`schema` of None asks for one line of program text (the compact prompt's reply,
+policy.prompts.compact_prompt): nothing is constrained and each completion stops at its
+first newline (`stop`, or, with transformers, every token that holds a newline,
+`line_stop_ids`).
 
 Structured outputs, as vLLM >= 0.10.2 spells them (the `guided_json` field of older
 versions is ignored by current servers, silently, so it is never sent):
@@ -32,6 +36,7 @@ from typing import Protocol
 from gemmforge.policy.prompts import Prompt
 
 SCHEMA_NAME = "gemmforge_reply"
+LINE_STOP = "\n"
 DEFAULT_TIMEOUT_S = 300.0
 # The offline engine's defaults: a prompt is ~1.5k tokens and a reply well under 1k, so
 # 4k of context keeps the KV cache small (it matters on CPU builds); compact JSON (no
@@ -107,11 +112,17 @@ class OpenAISampler:
                      max_tokens: int, seed: int | None) -> dict:
         """The JSON body of one request (chat or completions) for `n` samples."""
         body = {"model": self.model, "n": n, "temperature": temperature,
-                "max_tokens": max_tokens, "response_format": response_format(schema)}
+                "max_tokens": max_tokens}
+        if schema is None:
+            body["stop"] = [LINE_STOP]
+        else:
+            body["response_format"] = response_format(schema)
         if seed is not None:
             body["seed"] = seed
         if self.api == "chat":
-            body["messages"] = prompt.messages()
+            body["messages"] = prompt.chat()
+            if prompt.reply_prefix:  # vLLM's chat extension: continue the assistant turn
+                body.update(add_generation_prompt=False, continue_final_message=True)
         else:
             body["prompt"] = prompt.text()
         return body
@@ -128,7 +139,7 @@ class OpenAISampler:
         if not isinstance(choices, list) or not choices:
             raise SamplerError(f"{self.base}{path}: reply has no 'choices' list "
                                f"(got {type(reply).__name__})")
-        return [_choice_text(c) for c in choices]
+        return [prompt.reply_prefix + _choice_text(c) for c in choices]
 
 
 def _choice_text(choice) -> str:
@@ -180,6 +191,9 @@ class VLLMSampler:
                 seed: int | None):
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
+        if schema is None:
+            return SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
+                                  seed=seed, stop=[LINE_STOP])
         return SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed,
                               structured_outputs=StructuredOutputsParams(json=schema))
 
@@ -191,14 +205,14 @@ class VLLMSampler:
         lora = self._lora_request()
         try:
             if getattr(llm.get_tokenizer(), "chat_template", None):
-                outputs = llm.chat([prompt.messages()], params, use_tqdm=False,
-                                   lora_request=lora)
+                outputs = llm.chat([prompt.chat()], params, use_tqdm=False, lora_request=lora,
+                                   **continuation_args(prompt.reply_prefix))
             else:
                 outputs = llm.generate([prompt.text()], params, use_tqdm=False,
                                        lora_request=lora)
         except Exception as e:  # an engine error must not kill a search
             raise SamplerError(f"vllm: {type(e).__name__}: {e}") from None
-        return [out.text for out in outputs[0].outputs]
+        return [prompt.reply_prefix + out.text for out in outputs[0].outputs]
 
     def _lora_request(self):
         """vLLM's LoRARequest for the adapter, or None without one."""
@@ -219,11 +233,19 @@ class TransformersSampler:
         self.adapter = None if adapter is None else _adapter_dir(adapter)
         self.device = device
         self._model = self._tokenizer = None
+        self._stops: list[int] | None = None
+
+    def _line_stops(self) -> list[int]:
+        if self._stops is None:
+            self._stops = line_stop_ids(self._tokenizer, self._model.generation_config)
+        return self._stops
 
     def _load(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        # on a CPU, float32: a bf16 checkpoint left in bf16 samples ~4x slower there
+        dtype = "float32" if self.device == "cpu" else "auto"
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype)
         if self.adapter is not None:
             from peft import PeftModel
             model = PeftModel.from_pretrained(model, str(self.adapter))
@@ -237,19 +259,41 @@ class TransformersSampler:
             if self._model is None:
                 self._load()
             tok = self._tokenizer
-            ids = tok.apply_chat_template(prompt.messages(), add_generation_prompt=True,
-                                          return_tensors="pt", return_dict=True)
+            ids = tok.apply_chat_template(prompt.chat(), return_tensors="pt", return_dict=True,
+                                          **continuation_args(prompt.reply_prefix))
             if seed is not None:
                 torch.manual_seed(seed)
+            stops = {} if schema is not None else {"eos_token_id": self._line_stops()}
             with torch.no_grad():
                 out = self._model.generate(
                     **ids.to(self.device), do_sample=True, temperature=temperature,
                     max_new_tokens=max_tokens, num_return_sequences=n,
-                    pad_token_id=tok.pad_token_id or tok.eos_token_id)
+                    pad_token_id=tok.pad_token_id or tok.eos_token_id, **stops)
         except (OSError, ValueError, RuntimeError, ImportError) as e:
             raise SamplerError(f"transformers: {type(e).__name__}: {e}") from None
         start = ids["input_ids"].shape[1]
-        return [tok.decode(row[start:], skip_special_tokens=True) for row in out]
+        return [prompt.reply_prefix + tok.decode(row[start:], skip_special_tokens=True)
+                for row in out]
+
+
+def continuation_args(reply_prefix: str) -> dict:
+    """Chat-template arguments: open a new assistant turn, or continue the one that holds
+    `reply_prefix`."""
+    if reply_prefix:
+        return {"add_generation_prompt": False, "continue_final_message": True}
+    return {"add_generation_prompt": True}
+
+
+def line_stop_ids(tokenizer, generation_config=None) -> list[int]:
+    """Token ids that end a one-line reply: the end-of-text ids (the tokenizer's and the
+    model's generation config's) and every token whose text holds a newline."""
+    ends = getattr(generation_config, "eos_token_id", None)
+    ends = [] if ends is None else [ends] if isinstance(ends, int) else list(ends)
+    if tokenizer.eos_token_id is not None:
+        ends.append(tokenizer.eos_token_id)
+    newline = [i for i in range(len(tokenizer))
+               if LINE_STOP in tokenizer.decode([i], skip_special_tokens=False)]
+    return sorted(set(ends) | set(newline))
 
 
 def _model_dir(path: str | Path) -> Path:

@@ -15,7 +15,10 @@ the held-out shapes, so no held-out measurement reaches a prompt.
 The reward is search.env.reward of the replayed (or estimated) Result; a reply with no
 legal program gets FAILED_REWARD (policy.dataset.make_reward_fn), and so does a program
 the prompt already lists (`shown`): a search skips programs it has measured, so a copy
-earns nothing there either.
+earns nothing there either. A legal program that another completion of the same prompt
+gave first earns at most REPEAT_REWARD: a search measures it once, so the repeat adds
+nothing, but it is still legal, so it stays above a failure (this is the training's
+shaping; the ratio part is policy.reward's, unchanged).
 """
 from __future__ import annotations
 
@@ -30,16 +33,20 @@ from gemmforge.ir.text import parse, parse_problem
 from gemmforge.policy.dataset import make_reward_fn
 from gemmforge.policy.lineage import Lineage
 from gemmforge.policy.prompts import FAILED_REWARD, PromptConfig, build_prompt
+from gemmforge.policy.reward import WORST_REWARD
 from gemmforge.search.replay_reward import ReplayReward
 
 GRID = Path(__file__).with_name("data") / "grid_1000.txt"
 HELD_OUT = 30
 EXAMPLES = 4
+REPEAT_REWARD = WORST_REWARD / 2
+TEMPERATURE = 0.8  # sampling temperature in training and evaluation (LLMPolicy's default)
 ARCH = Arch.SM90A
-CONFIG = PromptConfig(backends=("cuda_wgmma",))
+CONFIG = PromptConfig(backends=("cuda_wgmma",), reply="text")
 """What the training prompts offer: one backend, the one most measured (and the fastest on
-Hopper), so a prompt is ~2/3 as long as with every backend; `gemmforge tune --policy llm
---backends cuda_wgmma` prompts the same way."""
+Hopper), in the compact prompt that asks for one line of program text (~300 prompt tokens
+and <= 64 reply tokens, against ~900 and ~200 for the full prompt's JSON reply);
+`gemmforge tune --policy llm --backends cuda_wgmma --llm-reply text` prompts the same way."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +105,10 @@ def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
 def make_tasks(problems: Sequence[Problem], model: ReplayReward, *, per_problem: int = 1,
                seed: int = 0, examples: int = EXAMPLES,
                config: PromptConfig = CONFIG) -> list[dict]:
-    """GRPO rows: {"prompt": chat messages, "problem", "arch", "shown": JSON list of the
-    programs the prompt lists}, `per_problem` prompts (different examples) per problem."""
+    """GRPO rows: {"prompt": chat messages (Prompt.chat: ending in the assistant turn's
+    reply prefix, which TRL continues), "reply_prefix", "problem", "arch", "shown": JSON
+    list of the programs the prompt lists}, `per_problem` prompts (different examples) per
+    problem."""
     rng = random.Random(seed)
     rows = []
     for problem in problems:
@@ -107,31 +116,38 @@ def make_tasks(problems: Sequence[Problem], model: ReplayReward, *, per_problem:
             lineage = seeded_lineage(problem, model, rng, examples, config)
             prompt = build_prompt(problem, ARCH, lineage, config)
             shown = sorted(str(p) for p, _ in lineage.measured(str(problem)))
-            rows.append({"prompt": prompt.messages(), "problem": str(problem),
+            rows.append({"prompt": prompt.chat(), "reply_prefix": prompt.reply_prefix,
+                         "problem": str(problem),
                          "arch": ARCH.value, "shown": json.dumps(shown)})
     return rows
 
 
 def make_replay_reward_fn(model: ReplayReward):
-    """A TRL reward function: search.env.reward of each completion's program replayed by
-    `model`; FAILED_REWARD for no legal program or a program the prompt lists."""
-    def score(programs, problem):
-        return model.score(programs, problem)
+    """A TRL reward function: search.env.reward of each reply's program replayed by
+    `model`, the reply being the row's `reply_prefix` and the completion; FAILED_REWARD
+    for no legal program or a program the prompt lists (`shown`); REPEAT_REWARD for a
+    legal program an earlier completion of the same prompt gave (the first keeps its
+    reward)."""
+    from gemmforge.policy.dataset import _text
+    from gemmforge.policy.replies import parse_reply
+    base = make_reward_fn(model.score)
 
-    base = make_reward_fn(score)
-
-    def reward_fn(completions, problem, arch, shown=None, **kw) -> list[float]:
-        rewards = base(completions, problem, arch, **kw)
-        if shown is None:
-            return rewards
-        from gemmforge.policy.replies import parse_reply
-        from gemmforge.policy.dataset import _text
-        for i, (completion, prob, ar, listed) in enumerate(zip(completions, problem, arch,
-                                                                 shown)):
-            if rewards[i] > FAILED_REWARD:
-                proposal = parse_reply(_text(completion), parse_problem(prob), Arch(ar))
-                if str(proposal.program) in json.loads(listed):
-                    rewards[i] = FAILED_REWARD
+    def reward_fn(completions, problem, arch, shown=None, reply_prefix=None,
+                  **kw) -> list[float]:
+        prefixes = reply_prefix or [""] * len(completions)
+        replies = [pre + _text(c) for pre, c in zip(prefixes, completions)]
+        rewards = base(replies, problem, arch, **kw)
+        listed = shown or ["[]"] * len(replies)
+        seen = set()
+        for i, (reply, prob, ar) in enumerate(zip(replies, problem, arch)):
+            if rewards[i] <= FAILED_REWARD:
+                continue
+            program = str(parse_reply(reply, parse_problem(prob), Arch(ar)).program)
+            if program in json.loads(listed[i]):
+                rewards[i] = FAILED_REWARD
+            elif (prob, listed[i], program) in seen:
+                rewards[i] = min(rewards[i], REPEAT_REWARD)
+            seen.add((prob, listed[i], program))
         return rewards
 
     reward_fn.__name__ = "gemmforge_replayed_speedup"

@@ -4,11 +4,18 @@
 
 TRL's GRPOTrainer samples `generations` completions per prompt with transformers (any
 device; replies are not schema-constrained, they are checked: policy.replies.parse_reply
-parses them against the IR's JSON form and ir.verify judges them), scores each with
-search.llm_tasks' replayed reward, and updates a PEFT LoRA adapter with group-relative
-advantages. Prompts are policy.prompts' contrastive prompts for the training shapes of
-search.llm_tasks.split_shapes; the 30 held-out shapes are excluded from the reward model
-too, so nothing measured on them reaches training.
+parses each as program text and ir.verify judges it), scores each with search.llm_tasks'
+replayed reward, and updates a PEFT LoRA adapter with group-relative advantages. Prompts
+are policy.prompts' compact prompts (search.llm_tasks.CONFIG: one line of program text
+back, the assistant turn started with the reply prefix "cuda_wgmma sm_90a") for the
+training shapes of search.llm_tasks.split_shapes; the 30 held-out shapes are excluded
+from the reward model too, so nothing measured on them reaches training.
+
+What a CPU step costs (benchmarks/README.md, llm_rl): the model runs in float32 (a bf16
+checkpoint samples and trains ~4x slower on these CPUs), with the KV cache in generation
+(no gradient checkpointing: TRL's default turns the cache off), and a completion ends at
+its first newline (every token holding one is an end token, samplers.line_stop_ids) or at
+TEXT_REPLY_TOKENS; the full prompt with a JSON reply was ~900 + ~200 tokens a sample.
 
 It writes to OUTPUT: `checkpoint-N/` (TRL's, every --save-steps; a second run with the
 same OUTPUT resumes from the last one), `adapter/` (the final LoRA adapter, what
@@ -24,8 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmforge.policy.prompts import FAILED_REWARD
-from gemmforge.search.llm_tasks import make_replay_reward_fn, make_tasks, split_shapes
+from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
+from gemmforge.search.llm_tasks import (
+    TEMPERATURE, make_replay_reward_fn, make_tasks, split_shapes,
+)
 from gemmforge.search.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
 STEP_FIELDS = ("step", "reward_mean", "reward_max", "legal_fraction", "distinct_fraction",
@@ -38,11 +47,11 @@ class TrainSettings:
 
     steps: int = 40
     generations: int = 4
-    learning_rate: float = 2e-4
+    learning_rate: float = 5e-4
     lora_rank: int = 16
-    max_completion_length: int = 192
-    temperature: float = 1.0
-    save_steps: int = 2
+    max_completion_length: int = TEXT_REPLY_TOKENS
+    temperature: float = TEMPERATURE
+    save_steps: int = 5
     per_problem: int = 1
     seed: int = 0
 
@@ -93,12 +102,14 @@ def _logged_reward_fn(model: ReplayReward, log: StepLog):
     from gemmforge.policy.replies import parse_reply
     inner = make_replay_reward_fn(model)
 
-    def reward_fn(completions, problem, arch, **kw):
-        rewards = inner(completions, problem, arch, **kw)
-        programs = [parse_reply(_text(c), parse_problem(p), Arch(a)).program
-                    for c, p, a in zip(completions, problem, arch)]
-        log.add(rewards, [None if p is None else str(p) for p in programs],
-                [_text(c) for c in completions], list(problem))
+    def reward_fn(completions, problem, arch, reply_prefix=None, **kw):
+        rewards = inner(completions, problem, arch, reply_prefix=reply_prefix, **kw)
+        prefixes = reply_prefix or [""] * len(completions)
+        replies = [pre + _text(c) for pre, c in zip(prefixes, completions)]
+        programs = [parse_reply(r, parse_problem(p), Arch(a)).program
+                    for r, p, a in zip(replies, problem, arch)]
+        log.add(rewards, [None if p is None else str(p) for p in programs], replies,
+                list(problem))
         return rewards
 
     reward_fn.__name__ = inner.__name__
@@ -129,8 +140,18 @@ def grpo_config(output: Path, settings: TrainSettings):
         logging_steps=1, save_steps=settings.save_steps, save_total_limit=2,
         report_to="none", use_cpu=True, bf16=False, seed=settings.seed,
         remove_unused_columns=False, dataloader_num_workers=0,
-        model_init_kwargs={"dtype": "float32"},  # bf16 matmuls are ~4x slower on these CPUs
         gradient_checkpointing=False)  # TRL's default turns off the KV cache in generation
+
+
+def load_model(model_dir: str | Path):
+    """(model, tokenizer) in float32 (bf16 matmuls are ~4x slower on these CPUs), every
+    newline-holding token an end token, so a completion is one line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from gemmforge.policy.samplers import line_stop_ids
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="float32")
+    model.generation_config.eos_token_id = line_stop_ids(tokenizer, model.generation_config)
+    return model, tokenizer
 
 
 def lora_config(settings: TrainSettings):
@@ -138,6 +159,16 @@ def lora_config(settings: TrainSettings):
     from peft import LoraConfig
     return LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
                       lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def rendered(tokenizer, messages: list[dict]) -> str:
+    """The prompt as text through the chat template, the assistant turn left open when
+    it holds the reply prefix (TRL renders chat prompts with a new assistant turn, so
+    a prefix there would be closed before the model continues)."""
+    from gemmforge.policy.samplers import continuation_args
+    prefix = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+    return tokenizer.apply_chat_template(messages, tokenize=False,
+                                         **continuation_args(prefix))
 
 
 def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = TrainSettings(),
@@ -154,9 +185,13 @@ def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = T
     (output / "split.json").write_text(json.dumps(
         {"train": [str(p) for p in split.train], "held_out": [str(p) for p in split.held_out]},
         indent=1))
-    rows = make_tasks(split.train, model, per_problem=settings.per_problem, seed=settings.seed)
+    policy, tokenizer = load_model(model_dir)
+    rows = [dict(row, prompt=rendered(tokenizer, row["prompt"]))
+            for row in make_tasks(split.train, model, per_problem=settings.per_problem,
+                                  seed=settings.seed)]
     log = StepLog(output / "steps.csv", output / "completions.jsonl")
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=_logged_reward_fn(model, log),
+    trainer = GRPOTrainer(model=policy, processing_class=tokenizer,
+                          reward_funcs=_logged_reward_fn(model, log),
                           args=grpo_config(output, settings), train_dataset=Dataset.from_list(rows),
                           peft_config=lora_config(settings), callbacks=[_callback(log)])
     trainer.train(resume_from_checkpoint=get_last_checkpoint(str(output)))

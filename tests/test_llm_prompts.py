@@ -317,3 +317,93 @@ def test_an_http_error_is_a_failed_proposal(server):
     unreachable = LLMPolicy(url="http://127.0.0.1:9", model="x")  # nothing listens there
     assert unreachable.propose(PROBLEM, ARCH) == []
     assert unreachable.proposals[-1].reason.startswith("sampler: ")
+
+
+# -- the compact prompt and one-line text replies ----------------------------------------
+
+TEXT = PromptConfig(backends=("cuda_wgmma",), reply="text")
+
+
+def wgmma_lineage() -> Lineage:
+    """Three legal cuda_wgmma programs for PROBLEM, measured at 1.02x, 0.95x and 0.90x."""
+    from gemmforge.ir import parse
+    base = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma"
+    lineage = Lineage()
+    for text, speed in ((base, 1.02), (base.replace("s4", "s3"), 0.95),
+                        (base.replace("s4", "s2"), 0.90)):
+        import math
+        lineage.add(parse(text), source="measured", problem=str(PROBLEM),
+                    reward=math.log(speed))
+    return lineage
+
+
+def test_compact_prompt_lists_rules_and_measured_programs_fastest_first():
+    prompt = build_prompt(PROBLEM, ARCH, wgmma_lineage(), TEXT)
+    lines = prompt.user.splitlines()
+    assert "m=1000 n=4096 k=333" in lines[0]
+    assert any(line.startswith("cuda_wgmma rules: bm a multiple of 64*wm") for line in lines)
+    speeds = [line.rsplit(" -> ", 1)[1] for line in lines if " -> " in line]
+    assert speeds == ["1.020x", "0.950x", "0.900x"]
+    assert prompt.reply_prefix == "cuda_wgmma sm_90a"
+    assert prompt.chat()[-1] == {"role": "assistant", "content": "cuda_wgmma sm_90a"}
+    assert prompt.messages() == prompt.chat()[:2]
+    assert prompt.text().endswith("Reply:\ncuda_wgmma sm_90a")
+    assert len(prompt.user) < len(build_prompt(PROBLEM, ARCH, wgmma_lineage()).user) / 2
+    assert build_prompt(PROBLEM, ARCH, wgmma_lineage(), TEXT) == prompt  # deterministic
+
+
+def test_compact_prompt_has_no_reply_prefix_with_several_backends():
+    prompt = build_prompt(PROBLEM, ARCH, None, PromptConfig(reply="text"))
+    assert prompt.reply_prefix == "" and prompt.chat() == prompt.messages()
+    assert prompt.user.count(" rules: ") > 1
+    with pytest.raises(ValueError, match="reply"):
+        PromptConfig(reply="yaml")
+
+
+def test_a_text_reply_becomes_a_verified_program():
+    program = legal_programs(1)[0]
+    assert parse_reply(str(program), PROBLEM, ARCH).program == program
+    annotated = parse_reply(f"\n`{program}` -> 1.2x\nmore text", PROBLEM, ARCH)
+    assert annotated.program == program
+    garbage = parse_reply(f"{program} and then some", PROBLEM, ARCH)
+    assert not garbage.ok and garbage.reason.startswith("text: ")
+    too_deep = parse_reply(str(program).replace(f" s{program.stages} ", " s99 "), PROBLEM, ARCH)
+    assert too_deep.reason.startswith("text: stages: 99 is outside")
+    assert parse_reply("{}", PROBLEM, ARCH, "text").reason.startswith("text: ")
+    assert parse_reply("nope", PROBLEM, ARCH, "json").reason.startswith("reply: not valid")
+
+
+def test_text_replies_are_sampled_unconstrained_with_the_prefix(server):
+    from gemmforge.ir import parse
+    program = parse("cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 padop k1 persistent "
+                    "c1x1 coop tma")
+    fake = server([str(program)[len("cuda_wgmma sm_90a"):], " nonsense"])
+    policy = LLMPolicy(url=fake.url, config=TEXT, lineage=wgmma_lineage(), seed=1)
+    assert policy.propose(PROBLEM, ARCH, n=1) == [program]
+    path, body = fake.requests[0]
+    assert "response_format" not in body and body["stop"] == ["\n"]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert body["messages"][-1] == {"role": "assistant", "content": "cuda_wgmma sm_90a"}
+    assert body["max_tokens"] == 64
+    assert [p.reason.split(":")[0] for p in policy.proposals] == ["", "text"]
+    assert from_cli(url=fake.url, reply="text").config.reply == "text"
+
+
+def test_line_stop_ids_are_the_end_tokens_and_every_newline_token():
+    from gemmforge.policy.samplers import line_stop_ids
+
+    class Tokenizer:
+        eos_token_id = 0
+        vocab = ["<eos>", "a", "\n", "b\n", "c", ".\n\n"]
+
+        def __len__(self):
+            return len(self.vocab)
+
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(self.vocab[i] for i in ids)
+
+    class Config:
+        eos_token_id = [4]
+
+    assert line_stop_ids(Tokenizer(), Config()) == [0, 2, 3, 4, 5]
+    assert line_stop_ids(Tokenizer()) == [0, 2, 3, 5]

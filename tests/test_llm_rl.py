@@ -90,6 +90,31 @@ def test_reward_fn_replays_legal_replies_and_floors_the_rest():
     assert fn(completions, problems, archs, shown=shown)[3] == pytest.approx(math.log(0.90))
 
 
+def test_reward_fn_reads_the_reply_prefix_and_marks_repeats_down():
+    from gemmforge.search.llm_tasks import REPEAT_REWARD
+    fn = make_replay_reward_fn(_model())
+    prefix = "cuda_wgmma sm_90a"
+    rest = WGMMA[len(prefix):]
+    other = WGMMA.replace("s4", "s3")[len(prefix):]
+    completions = [[{"role": "assistant", "content": rest}], rest, other, " garbage"]
+    rewards = fn(completions, [str(PROBLEM)] * 4, ["sm_90a"] * 4, reply_prefix=[prefix] * 4,
+                 shown=["[]"] * 4)
+    assert rewards[0] == pytest.approx(math.log(1.05))
+    assert rewards[1] == REPEAT_REWARD and FAILED_REWARD < REPEAT_REWARD < math.log(0.9)
+    assert rewards[2] == pytest.approx(math.log(0.90)) and rewards[3] == FAILED_REWARD
+    other_prompt = fn(completions[:2], [str(PROBLEM)] * 2, ["sm_90a"] * 2,
+                      reply_prefix=[prefix] * 2, shown=["[]", '["x"]'])
+    assert other_prompt[1] == pytest.approx(math.log(1.05))  # another prompt's group
+
+
+def test_training_tasks_are_compact_prompts_that_start_the_reply():
+    model = _model()
+    tasks = make_tasks([PROBLEM], model, seed=0)
+    assert tasks[0]["reply_prefix"] == "cuda_wgmma sm_90a"
+    assert tasks[0]["prompt"][-1] == {"role": "assistant", "content": "cuda_wgmma sm_90a"}
+    assert "Reply with one new program line" in tasks[0]["prompt"][1]["content"]
+
+
 def test_step_log_writes_one_row_per_step(tmp_path):
     log = StepLog(tmp_path / "steps.csv")
     log.add([0.1, FAILED_REWARD, 0.1, -0.3], ["a", None, "a", "b"])
@@ -167,7 +192,11 @@ def test_train_llm_is_a_command():
     assert args.steps >= 1 and args.generations >= 2
     tune = build_parser().parse_args(["tune", "--shapes", "64x64x64", "--policy", "llm",
                                       "--llm-model", "m", "--llm-adapter", "a"])
-    assert tune.llm_adapter == "a" and tune.llm_engine == "vllm"
+    assert tune.llm_adapter == "a" and tune.llm_engine == "vllm" and tune.llm_reply == "json"
+    text = build_parser().parse_args(["tune", "--shapes", "64x64x64", "--policy", "llm",
+                                      "--llm-model", "m", "--llm-reply", "text"])
+    assert text.llm_reply == "text"
+    assert args.learning_rate is None  # left to TrainSettings' default
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None
@@ -223,3 +252,10 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
     again = dict(stage, stage="random")
     rows = bench.merged(path, [again], {"random"})
     assert [r["stage"] for r in rows] == ["trained", "random"]
+    assert row["programs"] == [str(a), str(b)]
+    bench.write_csv(tmp_path / "shapes.csv", bench.SHAPE_FIELDS, [row])  # programs left out
+    proposals = tmp_path / "proposals.txt"
+    bench.write_proposals(proposals, [row, none], "run@abc")
+    lines = proposals.read_text().splitlines()
+    assert lines[1:] == [f"# shape {PROBLEM}", str(a), str(b), f"# shape {PROBLEM}"]
+    assert "run@abc" in lines[0]

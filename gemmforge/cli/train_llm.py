@@ -16,6 +16,9 @@ import time
 
 from gemmforge.cli.common import UsageError
 
+SETTINGS = ("learning_rate", "lora_rank", "max_completion_length", "temperature",
+            "save_steps")  # left out: search.llm_train.TrainSettings' defaults
+
 
 def cmd_train_llm(args) -> int:
     if args.steps < 1 or args.generations < 2:
@@ -27,11 +30,9 @@ def cmd_train_llm(args) -> int:
     except ImportError as e:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
                          "pip install -e \".[llm-train]\"") from None
+    given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
     settings = TrainSettings(steps=args.steps, generations=args.generations,
-                             learning_rate=args.learning_rate, lora_rank=args.lora_rank,
-                             max_completion_length=args.max_completion_length,
-                             temperature=args.temperature, save_steps=args.save_steps,
-                             per_problem=args.per_problem, seed=args.seed)
+                             per_problem=args.per_problem, seed=args.seed, **given)
     start = time.perf_counter()
     adapter = train(args.model, args.output, settings, device=args.device)
     print(f"trained to step {args.steps} in {time.perf_counter() - start:.0f} s; "
@@ -48,11 +49,13 @@ def add_to(sub) -> None:
     t.add_argument("--steps", type=int, default=40, help="optimizer steps (in total, "
                                                          "counting a resumed run's)")
     t.add_argument("--generations", type=int, default=4, help="completions per prompt")
-    t.add_argument("--learning-rate", type=float, default=2e-4)
-    t.add_argument("--lora-rank", type=int, default=16)
-    t.add_argument("--max-completion-length", type=int, default=192, help="tokens")
-    t.add_argument("--temperature", type=float, default=1.0)
-    t.add_argument("--save-steps", type=int, default=2, help="checkpoint every N steps")
+    t.add_argument("--learning-rate", type=float, help="default 5e-4")
+    t.add_argument("--lora-rank", type=int, help="default 16")
+    t.add_argument("--max-completion-length", type=int,
+                   help="tokens (default 64: a reply is one line of program text, ended at "
+                        "its newline)")
+    t.add_argument("--temperature", type=float, help="default 0.8, as the evaluation samples")
+    t.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 5)")
     t.add_argument("--per-problem", type=int, default=1,
                    help="prompts per training shape (different contrastive examples)")
     t.add_argument("--device", default="H100", help="whose measurements are the reward "

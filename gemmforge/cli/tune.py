@@ -99,7 +99,8 @@ def tune_job(args) -> dict:
             "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
             "llm": {"url": args.llm_url, "model": args.llm_model, "dataset": args.llm_dataset,
                     "adapter": args.llm_adapter, "engine": args.llm_engine,
-                    "timeout_s": args.llm_timeout, "endpoint": args.llm_endpoint},
+                    "timeout_s": args.llm_timeout, "endpoint": args.llm_endpoint,
+                    "reply": args.llm_reply},
             "backends": list(backends) if backends else None,
             "workers": args.gpus, "seed": args.seed, "replay": replay,
             "concurrent": args.concurrent, "protocols": protocols,
@@ -176,6 +177,10 @@ def add_to(sub) -> None:
     t.add_argument("--llm-engine", default="vllm", choices=("vllm", "transformers"),
                    help="--policy llm with a local model: vLLM's offline engine, or "
                         "transformers (any device; replies not schema-constrained)")
+    t.add_argument("--llm-reply", default="json", choices=("json", "text"),
+                   help="--policy llm: the full prompt and a JSON reply under the schema, or "
+                        "the compact prompt and one line of program text (what train-llm "
+                        "trains an adapter on)")
     t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")
