@@ -60,6 +60,12 @@ class Backend(ABC):
         """
         return None
 
+    def unavailable(self) -> str | None:
+        """Why this backend can't build on this machine (headers or a toolchain it needs
+        are not installed); None when it can. search.choice skips shipped and tuned
+        programs of such a backend rather than fail the user's call."""
+        return None
+
     def smem_bytes(self, program: Program) -> int | None:
         """Shared memory one CTA of `program` needs, where this backend knows its own
         staging better than ir.graph's generic pipeline (which stages the whole C tile for

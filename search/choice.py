@@ -89,16 +89,26 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     return Choice(default_program(problem, arch), "heuristic")
 
 
+def usable(program: Program, problem: Problem) -> bool:
+    """`program` is legal at `problem` and its backend can build on this machine (a shipped
+    cute_cpp program needs the CUTLASS headers: without them a neighbour's program or the
+    heuristic's serves instead of a failing build)."""
+    from gemmforge.ir.capabilities import table
+    from gemmforge.ir.verify import check
+    if check(program, problem) is not None:
+        return False
+    return table.get(program.backend).unavailable() is None
+
+
 def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
     """Legal candidates from the user's tuned database, [] without SQLAlchemy or a database."""
     if not classes:
         return []
-    from gemmforge.ir.verify import check
     from gemmforge.search.database import tuned_candidates
     out = []
     for e, cls in tuned_candidates(problem, arch, classes, url):
         d = distance(problem, e.problem)
-        if d <= limit and check(e.program, problem) is None:
+        if d <= limit and usable(e.program, problem):
             out.append(Choice(e.program, "tuned", d, e.problem, cls, e.speedup, e.command))
     return out
 
@@ -106,7 +116,6 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
 def _shipped(problem, arch, classes, limit, path) -> list[Choice]:
     """Legal candidates from the shipped file: per class its exact row if that is legal,
     else its rows within `limit`."""
-    from gemmforge.ir.verify import check
     from gemmforge.search.shipped import shipped
     book = shipped(path)
     out = []
@@ -115,7 +124,7 @@ def _shipped(problem, arch, classes, limit, path) -> list[Choice]:
         for rows in ([exact] if exact is not None else [], book.group(cls, problem)):
             for row in rows:
                 d = distance(problem, row.problem)
-                if d <= limit and row.program.arch == arch and check(row.program, problem) is None:
+                if d <= limit and row.program.arch == arch and usable(row.program, problem):
                     out.append(Choice(row.program, "shipped", d, row.problem, cls, row.speedup,
                                       row.measured.get("command", "")))
             if out and out[-1].device_class == cls and out[-1].distance == 0.0:

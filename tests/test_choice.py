@@ -205,3 +205,18 @@ def test_a_replayed_tune_never_chooses_a_real_kernel(tmp_path, capsys):
         choice = resolve(p, Arch.SM90A, "h100", tuned_url=url)
         assert choice.source != "tuned"
     capsys.readouterr()
+
+
+def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatch):
+    """The shipped cute_cpp winners need the CUTLASS headers: without them the resolver
+    serves a neighbour's program (or the heuristic's), never a build that fails."""
+    from gemmforge.backends.cute_cpp import cutlass
+    book = read(DEFAULT_PATH)
+    row = next(r for r in book.rows if r.device_class == "h100"
+               and r.program.backend == "cute_cpp")
+    monkeypatch.setattr(cutlass, "missing_reason", lambda: "the CUTLASS headers are not found")
+    choice = resolve(row.problem, Arch.SM90A, "h100", use_tuned=False)
+    assert choice.program.backend != "cute_cpp"
+    monkeypatch.setattr(cutlass, "missing_reason", lambda: None)
+    choice = resolve(row.problem, Arch.SM90A, "h100", use_tuned=False)
+    assert str(choice.program) == row.program_text and choice.distance == 0.0

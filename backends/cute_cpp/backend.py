@@ -69,6 +69,9 @@ class CuteCpp(Backend):
         return Source(program, problem, "cuda", {f"{program.name}.cu": text},
                       f"{program.name}.cu", meta={"cutlass_version": ctx["cutlass_version"]})
 
+    def unavailable(self) -> str | None:
+        return cutlass.missing_reason()
+
     def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
         src = out_dir / source.entry
         src.write_text(source.text)
