@@ -229,7 +229,7 @@ def test_report_fills_grid_shapes_from_the_shipped_file():
     from gemmforge.search.ship import refusal
     from gemmforge.search.shipped import shipped
     large = parse_shapes("grid:large")
-    rows = shipped_rows(large + parse_shapes("64x64x64"), "h100", "NVIDIA H100 80GB HBM3")
+    rows = shipped_rows(large + parse_shapes("77x6144x4096"), "h100", "NVIDIA H100 80GB HBM3")
     assert len(rows) == sum(shipped().exact("h100", p) is not None for p in large) > 100
     result, extra = rows[0]
     row = shipped().exact("h100", large[0])

@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from gemmforge import arguments
-from gemmforge.cli.common import UsageError
+from gemmforge.cli.common import SHAPES_HELP, UsageError
 from gemmforge.errors import Failure
 from gemmforge.ir.program import Arch
 
@@ -129,7 +129,7 @@ def cmd_bench(args) -> int:
 def add_to(sub) -> None:
     b = sub.add_parser("bench", help="measure programs or backends against cuBLAS",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--shapes", required=True, help="MxNxK,..., grid, grid:CLASSES (small,medium,large), sample:N[:SEED] or @file")
+    b.add_argument("--shapes", required=True, help=SHAPES_HELP)
     b.add_argument("--program", action="append", help="program text, JSON or @file (repeatable)")
     b.add_argument("--backends", help="comma list: the heuristic's program per backend")
     b.add_argument("--chosen", action="store_true",

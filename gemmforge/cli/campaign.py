@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from gemmforge.cli.common import SHAPES_HELP
+
 STORED = {  # option -> default, kept in the store by the first run
     "shapes": "grid", "layout": "nn", "acc": "f32", "backends": "cuda_wgmma,triton",
     "per_backend": 8, "per_shape": 40, "portfolio": None, "chunk": 96, "threshold": 1.0,
@@ -171,7 +173,7 @@ def add_to(sub) -> None:
     c.add_argument("--report-dir", default=".", help="folder for --report (default: here)")
     c.add_argument("--with-shipped", action="store_true",
                    help="--report: grid shapes outside the campaign from the shipped file")
-    c.add_argument("--shapes", help="grid (default), grid:CLASSES (small,medium,large), sample:N[:SEED], MxNxK,... or @file")
+    c.add_argument("--shapes", help=f"{SHAPES_HELP} (default: grid)")
     c.add_argument("--layout", help="nn (default) or nt")
     c.add_argument("--acc", help="f32 (default) or f16")
     c.add_argument("--backends", help="whose heuristic proposals enter the portfolio "

@@ -9,6 +9,8 @@ from gemmforge.errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError  # noqa: F4
 from gemmforge.ir.program import Problem, Program
 
 EXIT_BUILD_FAILED = EXIT_FAILED
+SHAPES_HELP = ("MxNxK,..., grid, grid:CLASSES (of small,medium,large), sample:N[:SEED] or "
+               "@file (MxNxK per line, '#' comments)")
 
 
 def parse_program(value: str, name: str = "--program") -> Program:

@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gemmforge.cli.common import UsageError
+from gemmforge.cli.common import SHAPES_HELP, UsageError
 
 
 def _runner(args, replay: str | None):
@@ -77,7 +77,7 @@ def cmd_train(args) -> int:
 def add_to(sub) -> None:
     t = sub.add_parser("train-policy", help="train the learned policy and checkpoint it",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--shapes", required=True, help="MxNxK,..., grid, grid:CLASSES (small,medium,large), sample:N[:SEED] or @file")
+    t.add_argument("--shapes", required=True, help=SHAPES_HELP)
     t.add_argument("--steps", type=int, default=300, help="training steps")
     t.add_argument("--backends", help="comma list (default: every registered backend)")
     t.add_argument("--arch", default="sm_90a")

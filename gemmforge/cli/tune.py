@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from gemmforge import arguments
+from gemmforge.cli.common import SHAPES_HELP
 from gemmforge.errors import EXIT_SIGNAL_BASE, Failure, UsageError
 from gemmforge.policy.registry import POLICIES
 
@@ -152,7 +153,7 @@ def add_to(sub) -> None:
     """Add `tune` to the gemmforge parser's subcommands `sub`."""
     t = sub.add_parser("tune", help="tune shapes: optuna + a policy, one worker per GPU",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--shapes", required=True, help="MxNxK,..., grid, grid:CLASSES (small,medium,large), sample:N[:SEED] or @file")
+    t.add_argument("--shapes", required=True, help=SHAPES_HELP)
     t.add_argument("--layout", default="nn", help="nn or nt")
     t.add_argument("--acc", default="f32", help="f32 or f16")
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
