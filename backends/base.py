@@ -26,7 +26,7 @@ class Backend(ABC):
       unit_threads -- threads per entry of Program.warps (32 warps, 128 warpgroups)
       allowed      -- Program field -> the values this backend accepts, where restricted;
                       a field listed with a single value is one the backend ignores.
-                      Fields added after the backends (l2_hint, swap_ab) are opt-in: only
+                      Fields added after the backends (l2_hint, swap_ab, pdl) are opt-in: only
                       their default is legal unless `allowed` lists more
       layouts, accumulators -- problem kinds it can compute
       tile_extras  -- tile.bm / tile.bn values beyond powers of two it accepts (of

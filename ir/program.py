@@ -29,7 +29,7 @@ MAX_WARPS_PER_DIM = 8
 MAX_DIM = 1 << 20  # largest m, n or k a Problem accepts
 # Program fields added after the backends were written: a backend takes a value other than
 # the default only where its `allowed` lists the field (ir.verify).
-OPT_IN_FIELDS = ("l2_hint", "swap_ab")
+OPT_IN_FIELDS = ("l2_hint", "swap_ab", "pdl")
 
 
 class IRError(ValueError):
@@ -290,6 +290,11 @@ class Program:
     narrow N side, so a small M fills the instruction; the epilogue writes C transposed.
     tile (bm along M, bn along N) and warps (wm along M, wn along N) stay in the problem's
     terms whatever swap_ab says."""
+    pdl: bool = False
+    """Programmatic dependent launch: the kernel is launched so that it may start while the
+    previous kernel on the stream finishes; it sets up (shared memory, barriers, descriptor
+    prefetch) and then waits for that kernel's memory before touching global memory, and
+    lets the next kernel start as soon as its own last wave runs."""
 
     def __post_init__(self):
         if not isinstance(self.backend, str) or not _BACKEND_NAME.match(self.backend):
@@ -303,8 +308,9 @@ class Program:
                 raise IRError(f"{name}: expected a {value_type.__name__}, "
                               f"got {getattr(self, name)!r}")
         _check_int(self.stages, "stages", 1, MAX_STAGES)
-        if not isinstance(self.swap_ab, bool):
-            raise IRError(f"swap_ab: expected true or false, got {self.swap_ab!r}")
+        for name in ("swap_ab", "pdl"):
+            if not isinstance(getattr(self, name), bool):
+                raise IRError(f"{name}: expected true or false, got {getattr(self, name)!r}")
 
     @property
     def mma_mn(self) -> tuple[int, int]:

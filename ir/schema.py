@@ -41,6 +41,7 @@ def to_json(p: Program) -> dict:
         "epilogue": p.epilogue.value,
         "l2_hint": p.l2_hint.value,
         "swap_ab": p.swap_ab,
+        "pdl": p.pdl,
     }
 
 
@@ -69,6 +70,7 @@ def from_json(obj) -> Program:
         epilogue=Epilogue(obj["epilogue"]),
         l2_hint=L2Hint(obj.get("l2_hint", L2Hint.NONE.value)),
         swap_ab=obj.get("swap_ab", False),
+        pdl=obj.get("pdl", False),
     )
 
 
@@ -139,7 +141,8 @@ def program_schema(backends: list[str] | None = None) -> dict:
             # added after version 1's other fields: optional, their defaults when left out
             "l2_hint": _enum(L2Hint),
             "swap_ab": {"type": "boolean"},
-        }, optional=("l2_hint", "swap_ab")),
+            "pdl": {"type": "boolean"},
+        }, optional=("l2_hint", "swap_ab", "pdl")),
     }
     return schema
 

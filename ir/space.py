@@ -48,7 +48,8 @@ budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
 KNOBS = ("swap_ab", "tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages",
          "swizzle", "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
-         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint")
+         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint",
+         "pdl")
 """Every knob, in the order a program's knobs are sampled (a condition precedes what it
 governs: swap_ab, which decides the tile side that meets the MMA's narrow side, before the
 tile; schedule, then split_k.slices, then split_k.reduction)."""

@@ -19,6 +19,7 @@ _HOPPER_ONLY = {
     "warp_spec": ("warp specialization with setmaxnreg", lambda p: p.warp_spec.value != "none"),
     "epilogue": ("the TMA store epilogue", lambda p: p.epilogue.value == "tma"),
     "l2_hint": ("TMA loads with L2 cache hints", lambda p: p.l2_hint.value != "none"),
+    "pdl": ("programmatic dependent launches (griddepcontrol)", lambda p: p.pdl),
 }
 
 

@@ -57,10 +57,13 @@ _ARCH_NOTES = {
 _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMxBNxBK "
                 "wWMxWN sSTAGES swizzle raster/GROUP padding "
                 "kSPLIT[a=atomic, i=inkernel] schedule cCMxCN warp_spec epilogue "
-                "[l2first = l2_hint stream_first] [swap = swap_ab true]. swap_ab computes "
+                "[l2first = l2_hint stream_first] [swap = swap_ab true] [pdl = pdl true]. "
+                "swap_ab computes "
                 "C^T = B^T A^T so a small M sits on the MMA's narrow N side (C is written "
                 "transposed); tile and warps stay in the problem's terms (bm, wm along M). "
-                "split_k inkernel sums the slices inside the kernel (no reduce kernel).")
+                "split_k inkernel sums the slices inside the kernel (no reduce kernel). pdl "
+                "lets the kernel's set-up overlap the previous kernel's tail (programmatic "
+                "dependent launch).")
 
 
 REPLY_FORMS = ("json", "text")
@@ -296,7 +299,7 @@ COMPACT_SYSTEM = ("You write HGEMM kernels (fp16 C = A @ B) as programs of the g
                   "one line of text each. Reply with one program line and nothing else.")
 
 _COMPACT_FORM = ("Program form: backend arch BMxBNxBK wWMxWN sSTAGES swizzle raster/GROUP "
-                 "padding kSPLIT schedule cCMxCN warp_spec epilogue [l2first] [swap].")
+                 "padding kSPLIT schedule cCMxCN warp_spec epilogue [l2first] [swap] [pdl].")
 
 
 def compact_rules(be, arch: Arch) -> str:

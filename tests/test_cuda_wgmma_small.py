@@ -92,3 +92,47 @@ def test_builds_for_sm90a_without_spills(tmp_path, text, problem, hgmma):
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", kernel)
     if nvcc.cuobjdump():
         assert hgmma in nvcc.disassemble(exe)
+
+
+PDL = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct pdl"
+
+
+def test_pdl_waits_before_global_memory_and_launches_with_the_attribute():
+    """pdl: the kernel waits for the previous kernel's memory right after its set-up (before
+    the loader or any consumer runs), signals its dependents, and is launched by
+    cudaLaunchKernelEx with programmatic stream serialization; without pdl neither appears."""
+    text = lowered(PDL, Problem(64, 512, 1024))
+    assert "constexpr bool kPdl = true;" in text
+    body = text[text.index("__global__ void"):]
+    assert body.index("pdl_wait();") < body.index("pdl_launch_dependents();") < body.index(
+        "consume(")
+    assert body.index("mbar_fence_init();") < body.index("pdl_wait();")
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text
+    assert "Launch launch(clusters * kClusterSize, s, kPdl);" in text
+    plain = lowered(PDL.removesuffix(" pdl"), Problem(64, 512, 1024))
+    assert "constexpr bool kPdl = false;" in plain
+
+
+@pytest.mark.parametrize("text, says", [
+    ("triton sm_90a 64x64x64 w2x2 s4 swnone row/8 pred k1 dp c1x1 nows direct pdl",
+     "pdl: triton"),
+    ("cuda_mma sm_80 128x128x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct pdl",
+     "pdl: programmatic dependent launches (griddepcontrol) need sm_90a"),
+])
+def test_pdl_is_declined_where_it_is_not_lowered(text, says):
+    reason = check(parse(text), Problem(64, 512, 1024))
+    assert reason and reason.startswith(says), reason
+
+
+@pytest.mark.nvcc
+def test_pdl_builds_for_sm90a_with_griddepcontrol(tmp_path):
+    cu = emit(Problem(64, 512, 1024), parse(PDL), tmp_path)
+    exe = tmp_path / "selftest"
+    cmd = [nvcc.knobs().nvcc, *nvcc.BASE_FLAGS, *nvcc.gencode(Arch.SM90A), "-Xptxas", "-v",
+           "-DGEMMFORGE_STANDALONE_MAIN", "-o", str(exe), str(cu)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if nvcc.cuobjdump():
+        sass = nvcc.disassemble(exe)
+        # griddepcontrol.wait assembles to ACQBULK, launch_dependents to PREEXIT
+        assert "ACQBULK" in sass and "PREEXIT" in sass

@@ -21,7 +21,7 @@ def test_text_round_trip(p):
     text = to_text(p)
     assert parse(text) == p
     assert to_text(parse(text)) == text
-    assert len(text.split()) == 13 + (p.l2_hint.value != "none") + p.swap_ab
+    assert len(text.split()) == 13 + (p.l2_hint.value != "none") + p.swap_ab + p.pdl
 
 
 @given(programs())
@@ -74,7 +74,8 @@ def test_key_and_name_follow_content():
     (EXAMPLE + " l2first x", "'x' is not an optional token"),
     (EXAMPLE + " swap l2first", "'l2first' is not an optional token, or is out of place"),
     (EXAMPLE + " swap swap", "'swap' is not an optional token, or is out of place"),
-    (EXAMPLE + " l2first swap x", "expected 13 tokens and the optional ones set"),
+    (EXAMPLE + " l2first swap pdl x", "expected 13 tokens and the optional ones set"),
+    (EXAMPLE + " pdl swap", "'swap' is not an optional token, or is out of place"),
 ])
 def test_text_errors_name_the_field(text, message):
     with pytest.raises(IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -128,6 +129,19 @@ def test_small_problem_fields_appear_only_when_set():
     assert to_text(small) == text and from_json(to_json(small)) == small
     assert to_json(small)["swap_ab"] is True
     assert to_text(small.replace(l2_hint=plain.l2_hint)).endswith("direct swap")
+
+
+def test_pdl_is_the_last_optional_token_and_json_key():
+    plain = parse(EXAMPLE)
+    assert plain.pdl is False and "pdl" not in to_text(plain)
+    old = to_json(plain)
+    del old["pdl"]
+    assert from_json(old) == plain
+    launched = parse(EXAMPLE + " l2first swap pdl")
+    assert launched.pdl and launched.swap_ab and to_text(launched).endswith("swap pdl")
+    assert to_json(launched)["pdl"] is True and from_json(to_json(launched)) == launched
+    with pytest.raises(IRError, match="pdl: expected true or false"):
+        plain.replace(pdl="yes")
 
 
 @pytest.mark.parametrize("text, expected", [

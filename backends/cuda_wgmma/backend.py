@@ -120,6 +120,7 @@ class CudaWgmma(CudaBackend):
         "warp_spec": frozenset(WarpSpec),
         "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
         "l2_hint": frozenset(L2Hint),
+        "pdl": frozenset({False, True}),
     }
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:

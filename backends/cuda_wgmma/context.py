@@ -112,6 +112,7 @@ class WgmmaContext:
     atomic_reduce: bool
     inkernel_reduce: bool    # split-K summed by the last slice to arrive, in the kernel
     swap_ab: bool            # the kernel computes C^T = B^T A^T (kernel_view's geometry)
+    pdl: bool                # launched for programmatic dependent launch (griddepcontrol)
     predicate: bool
     mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
 
@@ -328,6 +329,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
         inkernel_reduce=program.split_k.reduction == Reduction.INKERNEL,
         swap_ab=program.swap_ab,
+        pdl=program.pdl,
         predicate=program.padding == Padding.PREDICATE,
         mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
     )
