@@ -4,11 +4,13 @@ file's nearest shape, search.choice) against what tuning that shape itself finds
     gemmforge campaign --storage off_grid_h100.db --shapes @benchmarks/shapes/off_grid_models.txt \
         --search-budget 0 --portfolio ...                  # tune the shapes themselves (GPU)
     python3 benchmarks/off_grid.py --storage off_grid_h100.db [--rounds 10] \
-        [--report-dir DIR] [--name off_grid_h100]
+        [--report-dir DIR] [--name off_grid_h100] [--tuned [URL]]
 
 Per shape of the campaign in --storage: `resolved` is search.choice.resolve's program for
-this GPU's device class from the shipped file alone (the user's tuned database is not
-consulted: a nearest shipped shape within one octave, else the heuristic's), `tuned` the
+this GPU's device class from the shipped file alone (a nearest shipped shape within one
+octave, else the heuristic's; with `--tuned`, the user's tuned database at URL, default the
+tuner's storage, comes first, as `matmul` reads it: so after `gemmforge tune --quick` the
+quick tune's winners are measured against the campaign's), `tuned` the
 campaign's confirmed winner there. Both are timed again in one fresh group beside cuBLAS
 (kernel, cold and call protocols, --rounds rounds, re-gated after timing), and the shape's
 figure is resolved's cuBLAS ratio over tuned's, in that group (1.0 when they are the same
@@ -37,8 +39,10 @@ from gemmforge.search.shapes import parse_shapes
 TARGET = 0.95
 
 
-def pairs(store: CampaignStore, cls: str) -> list:
-    """(problem, resolved Choice, tuned Result) for each confirmed shape of the store."""
+def pairs(store: CampaignStore, cls: str, tuned_url: str | None = None) -> list:
+    """(problem, resolved Choice, tuned Result) for each confirmed shape of the store;
+    `tuned_url` (None: the shipped file alone; "": the tuner's default storage) is the
+    tuned database the resolver reads first."""
     options = store.get("options") or {}
     problems = parse_shapes(options.get("shapes", "grid"), options.get("layout", "nn"),
                             options.get("acc", "f32"))
@@ -47,7 +51,9 @@ def pairs(store: CampaignStore, cls: str) -> list:
     for problem in problems:
         tuned = campaign.winner(problem)
         if tuned is not None:
-            out.append((problem, resolve(problem, Arch.SM90A, cls, use_tuned=False), tuned))
+            choice = resolve(problem, Arch.SM90A, cls, use_tuned=tuned_url is not None,
+                             tuned_url=tuned_url or None)
+            out.append((problem, choice, tuned))
     return out
 
 
@@ -57,12 +63,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=10, help="timing rounds per protocol")
     ap.add_argument("--report-dir", default=".", help="where the CSV goes")
     ap.add_argument("--name", default="off_grid", help="the CSV's name")
+    ap.add_argument("--tuned", nargs="?", const="", default=None, metavar="URL",
+                    help="resolve with the user's tuned database first (URL; without one: "
+                         "the tuner's default storage), e.g. after gemmforge tune --quick")
     args = ap.parse_args(argv)
     runner = GridRunner()
     store = CampaignStore(args.storage)
     try:
         cls = device_class(runner.device)
-        todo = pairs(store, cls)
+        todo = pairs(store, cls, args.tuned)
         groups = [(p, list(dict.fromkeys([str(c.program), t.program]))) for p, c, t in todo]
         landed = {}
         runner.measure_groups(groups, replace(CONFIRM_BENCH, rounds=args.rounds),

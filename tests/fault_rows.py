@@ -81,6 +81,7 @@ ROWS = [
     Row("emit --program \"\"", ("emit", "--shape", "64x64x64", "--arch", "sm_80", "--program",
                                 "", "-o", "{tmp}"), 2),
     Row("tune without a GPU", ("tune", "--shapes", "64x64x64"), 2),
+    Row("tune --quick without a GPU", ("tune", "--quick", "--shapes", "77x4096x4096"), 2),
     Row("bench without a GPU", ("bench", "--shapes", "64x64x64", "--backends", "cuda_mma"), 2),
     Row("train-policy without a GPU", ("train-policy", "--shapes", "64x64x64", "--checkpoint",
                                        "{tmp}/p.pt"), 2),

@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(join_dash_values([a for a in argv if a != DEBUG_FLAG],
                                               _value_options(parser)))
+    if getattr(args, "argv", False) is None:  # a command that records how it was called
+        args.argv = [a for a in argv if a != DEBUG_FLAG]
     try:
         return args.run(args)
     except ModuleNotFoundError as e:

@@ -29,3 +29,14 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--shape", required=required, help="MxNxK, e.g. 1000x4096x333")
     p.add_argument("--layout", default="nn", help="nn (B is KxN) or nt (B is NxK)")
     p.add_argument("--acc", default="f32", help="accumulator: f32 or f16")
+
+
+def storage_url(value: str | None) -> str:
+    """The tuner's storage (and tuned database) URL: --storage `value`, else
+    GEMMFORGE_TUNE_DB or the default SQLite file, checked to open (arguments.storage)."""
+    from gemmforge.search.studies import default_storage
+    if value is not None:
+        return arguments.storage(value, "--storage")
+    from gemmforge.compiler.knobs import knobs
+    return arguments.storage(default_storage(),
+                             "GEMMFORGE_TUNE_DB" if knobs().tune_db else "the default storage")

@@ -4,6 +4,7 @@
     gemmforge tune --shapes sample:20 --budget 64 --policy learned --gpus 2
     gemmforge tune --shapes grid --budget 16 --storage postgresql+psycopg://user@host/db
     gemmforge tune --shapes sample:20 --budget 32 --replay synthetic      # no GPU: replayed
+    gemmforge tune --shapes 77x4096x4096 --quick     # 8 neighbourhood candidates, one group
 
 `--shapes`: a comma list of MxNxK, `grid` (the 1000 shapes of search/data/grid_1000.txt),
 `sample:N[:SEED]` (N grid shapes drawn with SEED, default 0), or `@file` (one shape per
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 from gemmforge import arguments
-from gemmforge.cli.common import SHAPES_HELP
+from gemmforge.cli.common import SHAPES_HELP, storage_url
 from gemmforge.errors import EXIT_SIGNAL_BASE, Failure, UsageError
 from gemmforge.policy.registry import POLICIES
 
@@ -61,13 +62,6 @@ def _check_counts(args) -> None:
         raise UsageError(f"--llm-endpoint: {args.llm_endpoint} needs --llm-url (a server)")
 
 
-def _storage(args) -> str:
-    from gemmforge.search.studies import default_storage
-    if args.storage is not None:
-        return arguments.storage(args.storage, "--storage")
-    from gemmforge.compiler.knobs import knobs
-    return arguments.storage(default_storage(),
-                             "GEMMFORGE_TUNE_DB" if knobs().tune_db else "the default storage")
 
 
 def _report_name(args) -> None:
@@ -93,7 +87,7 @@ def tune_job(args) -> dict:
     if not replay:
         arguments.cuda_devices("tune", args.gpus, "; use --replay synthetic (or a record "
                                "file) to try it without one")
-    storage = _storage(args)
+    storage = storage_url(args.storage)
     return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
             "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
             "confirm": args.confirm,
@@ -104,6 +98,7 @@ def tune_job(args) -> dict:
                     "reply": args.llm_reply},
             "backends": list(backends) if backends else None,
             "workers": args.gpus, "seed": args.seed, "replay": replay,
+            "device": args.replay_device,
             "concurrent": args.concurrent, "protocols": protocols,
             "command": "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
 
@@ -115,6 +110,9 @@ def cmd_tune(args) -> int:
     from gemmforge.search.tune_summary import (RunReport, llm_lines, requeued_line,
                                                source_line, stop_line, summary_table,
                                                timing_line, totals_line)
+    if args.quick:
+        from gemmforge.cli.quick import cmd_quick
+        return cmd_quick(args)
     job = tune_job(args)
     print(f"storage: {job['storage']}   (optuna-dashboard {job['storage']})", file=sys.stderr)
     report = RunReport()
@@ -199,6 +197,11 @@ def add_to(sub) -> None:
     t.add_argument("--seed", type=int)
     t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
                                     "instead of a GPU")
+    t.add_argument("--replay-device", default="replay", help=argparse.SUPPRESS)
+    t.add_argument("--quick", action="store_true",
+                   help="instead of a study: time the 4 nearest shipped programs and the "
+                        "heuristic's top 2 per backend (cuda_wgmma, triton) in one group per "
+                        "shape and record the best in the tuned database (gemmforge.cli.quick)")
     t.add_argument("--report", default="tune", help="result name: <name>.csv and <name>.png "
                                                     "('' for none)")
     t.add_argument("--report-dir", help="folder for the report (default: the current directory)")

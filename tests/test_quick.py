@@ -1,0 +1,208 @@
+"""search.quick and `gemmforge tune --quick`: neighbourhood candidates (nearest shipped
+programs, then the heuristic's), timed in one group on a replayed runner, the winner
+recorded in the tuned database and then served as tuned-exact."""
+from __future__ import annotations
+
+import pytest
+
+from gemmforge.cli import main
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse
+from gemmforge.ir.verify import check
+from gemmforge.policy.heuristic import HeuristicPolicy
+from gemmforge.search.campaign_runners import ReplayGridRunner
+from gemmforge.search.choice import resolve, usable
+from gemmforge.search.database import TunedDatabase
+from gemmforge.search.quick import QUICK_BACKENDS, STUDY, neighbour_candidates, quick_tune
+from gemmforge.search.replay import ReplayRunner
+from gemmforge.search.ship import ship
+
+WGMMA = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
+COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop tma"
+MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
+FAR = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
+OLD = "cuda_mma sm_80 128x128x32 w2x2 s4 sw128 row/8 pred k1 dp c1x1 nows direct"
+HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
+H100 = "NVIDIA H100 80GB HBM3"
+TARGET = Problem(4096, 4096, 3000)
+ROWS = [  # (m, n, k, program, speedup): distances to TARGET in the comments
+    (4096, 4096, 2500, WGMMA, 1.00),   # 0.263: nearest
+    (4096, 4096, 4096, WGMMA, 1.05),   # 0.449: the same program again
+    (4096, 4096, 2048, COOP, 1.02),    # 0.551
+    (4096, 4096, 2560, OLD, 1.10),     # 0.229, but an sm_80 program: not for sm_90a
+    (4096, 4096, 1800, MMA, 0.99),     # 0.737
+    (8192, 8192, 8192, FAR, 1.03),     # 1.85: more than an octave away
+]
+
+
+@pytest.fixture
+def shipped_file(tmp_path):
+    """A shipped file of ROWS, all h100."""
+    lines = [f"{m},{n},{k},nn,f32,{H100},{parse(p).backend},{p},ok,100,{100 * s},{s},2e-4\n"
+             for m, n, k, p, s in ROWS]
+    csv = tmp_path / "rows.csv"
+    csv.write_text(HEADER + "".join(lines))
+    out = tmp_path / "shipped.json"
+    ship([csv], out, "test: measured", "h100")
+    return out
+
+
+def _heuristic(problem: Problem, per_backend: int, skip: list) -> list:
+    """The heuristic's proposals neighbour_candidates should append after `skip`."""
+    out = []
+    for b in QUICK_BACKENDS:
+        for p in HeuristicPolicy(b).propose(problem, Arch.SM90A, per_backend):
+            if p not in skip + out and usable(p, problem):
+                out.append(p)
+    return out
+
+
+def test_candidates_nearest_shipped_first_then_heuristic(shipped_file):
+    got = neighbour_candidates(TARGET, Arch.SM90A, "h100", shipped_path=shipped_file)
+    shipped = [parse(WGMMA), parse(COOP), parse(MMA)]  # distinct, by distance; OLD, FAR out
+    assert got[:3] == shipped
+    assert got[3:] == _heuristic(TARGET, 2, shipped) and len(got) > 3
+    assert len({str(p) for p in got}) == len(got)
+    assert all(check(p, TARGET) is None and p.arch == Arch.SM90A for p in got)
+    assert {p.backend for p in got[3:]} == set(QUICK_BACKENDS)
+    two = neighbour_candidates(TARGET, Arch.SM90A, "h100", 2, 1, shipped_path=shipped_file)
+    assert two[:2] == shipped[:2] and two[2:] == _heuristic(TARGET, 1, shipped[:2])
+    # the sibling class h200 reads h100's rows; a100 has none
+    assert neighbour_candidates(TARGET, Arch.SM90A, "h200", shipped_path=shipped_file) == got
+
+
+def test_candidates_skip_programs_illegal_at_the_shape(shipped_file):
+    ragged = Problem(4096, 4096, 2998)  # TMA can't read rows of 2998 halves
+    assert check(parse(WGMMA), ragged) is not None and check(parse(MMA), ragged) is None
+    got = neighbour_candidates(ragged, Arch.SM90A, "h100", shipped_path=shipped_file)
+    assert got[0] == parse(MMA) and parse(WGMMA) not in got and parse(COOP) not in got
+    assert all(check(p, ragged) is None for p in got)
+
+
+@pytest.mark.parametrize("cls, problem", [
+    ("h100", Problem(2048, 2048, 1024)),   # every shipped row more than an octave away
+    ("a100", TARGET),                      # no rows of that class
+    (None, TARGET),                        # no class at all
+])
+def test_candidates_heuristic_alone_without_shipped_neighbours(shipped_file, cls, problem):
+    got = neighbour_candidates(problem, Arch.SM90A, cls, shipped_path=shipped_file)
+    assert got == _heuristic(problem, 2, []) and got
+
+
+class CountingRunner(ReplayGridRunner):
+    """A replayed grid runner that keeps every group it was asked to time."""
+
+    def __init__(self, device: str):
+        super().__init__(ReplayRunner(None, device=device))
+        self.groups = []
+
+    def measure_groups(self, groups, settings, on_group, seed=0):
+        self.groups += [(p, list(programs)) for p, programs in groups]
+        super().measure_groups(groups, settings, on_group, seed)
+
+
+def test_quick_tune_records_the_best_of_one_group(shipped_file, tmp_path):
+    url = f"sqlite:///{tmp_path / 'tuned.db'}"
+    db, runner = TunedDatabase(url), CountingRunner(H100)
+    other = Problem(4096, 4096, 3500)
+    outcomes = quick_tune(runner, [TARGET, other], db, "gemmforge tune --quick test",
+                          shipped_path=shipped_file)
+    assert [g[0] for g in runner.groups] == [TARGET, other]  # one group per shape
+    for o, (_, programs) in zip(outcomes, runner.groups):
+        assert o.candidates == programs == [str(p) for p in neighbour_candidates(
+            o.problem, Arch.SM90A, "h100", shipped_path=shipped_file)]
+        again = ReplayRunner(None).evaluate([parse(p) for p in programs], o.problem)
+        assert o.best.speedup == max(r.speedup for r in again if r.ok) and o.recorded
+        entry = db.best(H100, o.problem)
+        assert (str(entry.program), entry.study) == (o.best.program, STUDY)
+        assert entry.command == "gemmforge tune --quick test"
+        assert (o.before, o.after) == ("shipped-nearest", "tuned-exact")
+        served = resolve(o.problem, Arch.SM90A, "h100", tuned_url=url,
+                         shipped_path=shipped_file)
+        assert served.program == entry.program and served.provenance == "tuned-exact"
+    db.close()
+
+
+def test_quick_tune_replayed_device_serves_no_gpu(shipped_file, tmp_path):
+    db = TunedDatabase(f"sqlite:///{tmp_path / 'tuned.db'}")
+    [o] = quick_tune(CountingRunner("replay"), [TARGET], db, shipped_path=shipped_file)
+    assert o.recorded and db.best("replay", TARGET) is not None
+    assert (o.before, o.after) == ("heuristic", "heuristic")  # no class: nothing served
+    assert o.candidates[0] == WGMMA  # neighbours still come from the h100 rows
+    db.close()
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_quick_tune_then_tuned_exact(capsys, tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    argv = ("tune", "--quick", "--shapes", "600x14336x4096", "--replay", "synthetic",
+            "--replay-device", H100, "--storage", url)
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+    assert "shipped-nearest -> tuned-exact" in out and "1 of 1 shapes measured ok, 1 recorded" in out
+    winner = [line for line in out.splitlines() if line.startswith(" *")]
+    assert len(winner) == 1
+    entry = TunedDatabase(url).best(H100, Problem(600, 14336, 4096))
+    assert winner[0].split()[-len(str(entry.program).split()):] == str(entry.program).split()
+    assert entry.command.startswith("gemmforge tune --quick")
+    served = resolve(Problem(600, 14336, 4096), Arch.SM90A, "h100", tuned_url=url)
+    assert served.provenance == "tuned-exact" and served.program == entry.program
+    code, out, _ = _run(capsys, *argv)  # the same readings again: the stored row stays
+    assert code == 0 and "tuned-exact -> tuned-exact" in out and "0 recorded" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--shapes", "77x4096x40z96", "--replay", "synthetic"), "--shapes: '77x4096x40z96'"),
+    (("--shapes", "nonsense:3", "--replay", "synthetic"), "--shapes"),
+    (("--shapes", "77x4096x4096", "--replay", "synthetic", "--storage", ":memory:"),
+     "--storage :memory:"),
+    (("--shapes", "77x4096x4096", "--replay", "synthetic", "--backends", "nope"),
+     "--backends: 'nope'"),
+])
+def test_cli_quick_bad_input(capsys, argv, message):
+    code, out, err = _run(capsys, "tune", "--quick", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_quick_without_gpu_or_replay(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the quick tune would run on it")
+    code, out, err = _run(capsys, "tune", "--quick", "--shapes", "77x4096x4096")
+    assert code == 2 and "needs a CUDA GPU" in err and "--replay synthetic" in err
+    assert "Traceback" not in err
+
+
+def test_off_grid_benchmark_resolves_with_the_tuned_database(capsys, tmp_path):
+    """benchmarks/off_grid.py --tuned: the resolver reads the quick tune's entry first."""
+    import importlib.util
+    from pathlib import Path
+    from gemmforge.search.campaign_store import CampaignStore
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("off_grid", root / "benchmarks" / "off_grid.py")
+    off_grid = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(off_grid)
+    store_path, url = tmp_path / "c.db", f"sqlite:///{tmp_path / 'q.db'}"
+    shape = "600x4096x4096"
+    code, _, err = _run(capsys, "campaign", "--storage", str(store_path), "--shapes", shape,
+                        "--replay", "synthetic", "--search-budget", "0", "--per-backend", "2",
+                        "--per-shape", "6", "--quiet", "--portfolio",
+                        f"large={root / 'benchmarks' / 'programs' / 'hopper_population.txt'}")
+    assert code == 0, err
+    code, _, err = _run(capsys, "tune", "--quick", "--shapes", shape, "--replay", "synthetic",
+                        "--replay-device", H100, "--storage", url)
+    assert code == 0, err
+    store = CampaignStore(str(store_path))
+    try:
+        [(_, shipped, campaign)] = off_grid.pairs(store, "h100")
+        [(_, quick, again)] = off_grid.pairs(store, "h100", url)
+    finally:
+        store.close()
+    assert shipped.provenance == "shipped-nearest" and quick.provenance == "tuned-exact"
+    entry = TunedDatabase(url).best(H100, Problem(600, 4096, 4096))
+    assert quick.program == entry.program and campaign.program == again.program
