@@ -47,6 +47,7 @@ STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio
 SHAPE_FIELDS = ("stage", "problem", "legal", "distinct", "best_ratio", "tuned_ratio",
                 "best_program", "best_estimated")
 EVAL_SEED = 1234
+CURVE_WINDOW = 5
 
 
 def _prompt(row: dict) -> Prompt:
@@ -122,6 +123,12 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
     return stage_row(stage, rows, args.samples, time.perf_counter() - start, adapter), rows
 
 
+def moving_mean(values: list[float], window: int) -> list[float]:
+    """The mean of each value and the up to window - 1 before it."""
+    return [sum(values[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window))
+            for i in range(len(values))]
+
+
 def plot_curve(steps_csv: Path, png: Path) -> None:
     """Mean reward and legal fraction against the training step."""
     import matplotlib
@@ -130,8 +137,11 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     with steps_csv.open() as f:
         rows = [r for r in csv.DictReader(f) if r["reward_mean"]]
     steps = [int(r["step"]) for r in rows]
+    rewards = [float(r["reward_mean"]) for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, [float(r["reward_mean"]) for r in rows], ".-", label="mean reward")
+    ax.plot(steps, rewards, ".", alpha=0.5, label="mean reward of the step's completions")
+    ax.plot(steps, moving_mean(rewards, CURVE_WINDOW), "-",
+            label=f"its mean over {CURVE_WINDOW} steps")
     ax.set_xlabel("GRPO step (4 completions of one prompt each)")
     ax.set_ylabel("mean replayed reward (log cuBLAS/kernel; -5 illegal)")
     ax2 = ax.twinx()
@@ -140,7 +150,7 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     ax2.set_ylabel("legal fraction")
     ax2.set_ylim(0, 1)
     ax.set_title("SmolLM2-135M + LoRA, GRPO on replayed H100 measurements")
-    fig.legend(loc="lower right")
+    fig.legend(loc="upper left", bbox_to_anchor=(0.1, 0.88), fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 

@@ -259,3 +259,4 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
     lines = proposals.read_text().splitlines()
     assert lines[1:] == [f"# shape {PROBLEM}", str(a), str(b), f"# shape {PROBLEM}"]
     assert "run@abc" in lines[0]
+    assert bench.moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
