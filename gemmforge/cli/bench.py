@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from gemmforge import arguments
-from gemmforge.cli.common import SHAPES_HELP, UsageError
+from gemmforge.cli.common import SHAPES_HELP, UsageError, check_report_args
 from gemmforge.errors import Failure
 from gemmforge.ir.program import Arch
 
@@ -76,7 +76,6 @@ def _settings(args):
 def _plan(args) -> tuple[list, object]:
     """[(problem, its candidates)] and the BenchSettings, every argument checked; a
     UsageError when there is nothing to measure."""
-    from gemmforge.search.report import check_name
     arguments.environment()
     problems = arguments.shapes(args.shapes, args.layout, args.acc)
     programs = _programs(args.program or [])
@@ -85,12 +84,7 @@ def _plan(args) -> tuple[list, object]:
         raise UsageError("bench: give at least one --program, --backends or --chosen")
     arch = Arch.parse(args.arch, "--arch")
     settings = _settings(args)
-    try:
-        check_name(args.name)
-    except ValueError as e:
-        raise UsageError(f"--name: {e}") from None
-    if args.report_dir:
-        arguments.output_folder(args.report_dir, "--report-dir")
+    check_report_args(args.name, args.report_dir, "--name")
     plan = [(p, candidates(p, programs, backends, arch)) for p in problems]
     if not args.chosen and not any(todo for _, todo in plan):
         raise UsageError("--program: no given program is legal for any of the shapes "

@@ -24,6 +24,18 @@ def parse_shape(value: str, layout: str, acc: str) -> Problem:
     return arguments.problem(value, layout, acc)
 
 
+def check_report_args(name: str, report_dir: str | None, option: str) -> None:
+    """UsageError for a report name search.report can't write (`option` names the flag)
+    or a --report-dir that can't be a folder."""
+    from gemmforge.search.report import check_name
+    try:
+        check_name(name)
+    except ValueError as e:
+        raise UsageError(f"{option}: {e}") from None
+    if report_dir:
+        arguments.output_folder(report_dir, "--report-dir")
+
+
 def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     """--shape, --layout and --acc on parser `p`."""
     p.add_argument("--shape", required=required, help="MxNxK, e.g. 1000x4096x333")

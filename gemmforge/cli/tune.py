@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from gemmforge import arguments
-from gemmforge.cli.common import SHAPES_HELP, storage_url
+from gemmforge.cli.common import SHAPES_HELP, check_report_args, storage_url
 from gemmforge.errors import EXIT_SIGNAL_BASE, Failure, UsageError
 from gemmforge.policy.registry import POLICIES
 
@@ -65,14 +65,8 @@ def _check_counts(args) -> None:
 
 
 def _report_name(args) -> None:
-    from gemmforge.search.report import check_name
     if args.report:
-        try:
-            check_name(args.report)
-        except ValueError as e:
-            raise UsageError(f"--report: {e}") from None
-        if args.report_dir:
-            arguments.output_folder(args.report_dir, "--report-dir")
+        check_report_args(args.report, args.report_dir, "--report")
 
 
 def tune_job(args) -> dict:
