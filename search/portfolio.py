@@ -10,20 +10,28 @@ cheap filter is the shape class (by FLOPs, 2mnk): a shape gets the heuristic's p
 for it (`per_backend` per backend, legal by construction), then the programs of the lists
 given for its class (or for "all") that pass ir.verify there, in list order, up to
 `per_shape` in all. Lists are program files, one text per line, '#' comments.
+
+A re-run over shapes that already have a winner (after a new kernel feature lands) starts
+from `incumbents`, {problem: program text} (e.g. the shipped file's), which come first,
+each followed by its `twins`: the same program with one boolean opt-in field set (e.g.
+"pdl"), where ir.verify accepts it at that shape.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.program import OPT_IN_FIELDS, Arch, Problem, Program
 
 LARGE_FLOPS = 1e11   # the large class (issue 4's 187 grid shapes): sustained load matters
 MEDIUM_FLOPS = 1e9   # below: a call is mostly launch and host time
 CLASSES = ("small", "medium", "large")
+TWIN_FIELDS = tuple(f.name for f in fields(Program)
+                    if f.name in OPT_IN_FIELDS and f.type in (bool, "bool"))
+"""The fields a twin may set: Program's boolean opt-in fields (swap_ab, pdl)."""
 PARALLEL_PLAN = 64  # shapes from which Portfolio.plan works in parallel processes
 
 
@@ -45,12 +53,15 @@ def read_programs(path: Path | str) -> list[str]:
 @dataclass(frozen=True)
 class Portfolio:
     """backends: whose heuristic proposals enter; per_backend: proposals per backend and
-    shape; lists: (class or "all", program file) pairs; per_shape: the cap per shape."""
+    shape; lists: (class or "all", program file) pairs; per_shape: the cap per shape;
+    incumbents: {problem: program text} timed first; twins: TWIN_FIELDS set on each."""
 
     backends: tuple[str, ...] = ("cuda_wgmma", "triton")
     per_backend: int = 8
     lists: tuple[tuple[str, str], ...] = ()
     per_shape: int = 40
+    incumbents: Mapping[Problem, str] = field(default_factory=dict)
+    twins: tuple[str, ...] = ()
     _programs: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -60,6 +71,9 @@ class Portfolio:
                                  f"{', '.join((*CLASSES, 'all'))}")
         if self.per_backend < 0 or self.per_shape < 1:
             raise ValueError("per_backend must be >= 0 and per_shape >= 1")
+        for name in self.twins:
+            if name not in TWIN_FIELDS:
+                raise ValueError(f"twin field {name!r}: use one of {', '.join(TWIN_FIELDS)}")
 
     def listed(self, cls: str) -> list[str]:
         """The listed programs for shape class `cls`, in list order, once each."""
@@ -76,7 +90,7 @@ class Portfolio:
         from gemmforge.ir.text import parse
         from gemmforge.ir.verify import check
         from gemmforge.policy.heuristic import HeuristicPolicy
-        out: list[str] = []
+        out: list[str] = self.seeded(problem, archs)
         for backend in self.backends if self.per_backend else ():
             policy = HeuristicPolicy(backend)  # on the device's preferred arch (sm_90a)
             out += [t for t in (str(p) for p in policy.propose(problem, archs[0],
@@ -87,6 +101,22 @@ class Portfolio:
             if text not in out and program.arch in archs and check(program, problem) is None:
                 out.append(text)
         return out[:self.per_shape]
+
+    def seeded(self, problem: Problem, archs: Sequence[Arch]) -> list[str]:
+        """The shape's incumbent and its twins, those legal there and runnable on `archs`."""
+        from gemmforge.ir.text import parse
+        from gemmforge.ir.verify import check
+        text = self.incumbents.get(problem)
+        if text is None:
+            return []
+        incumbent = parse(text)
+        out = []
+        for program in (incumbent, *(replace(incumbent, **{name: True})
+                                     for name in self.twins)):
+            if (program.arch in archs and check(program, problem) is None
+                    and str(program) not in out):
+                out.append(str(program))
+        return out
 
     def plan(self, problems: Sequence[Problem], archs: Sequence[Arch]) -> list[list[str]]:
         """programs_for each problem, in order; for PARALLEL_PLAN or more, in one spawned
@@ -106,7 +136,8 @@ class Portfolio:
         """A hash of everything that decides the plan: settings and the lists' contents
         (a changed list plans its new programs at every shape again)."""
         parts = [self.backends, self.per_backend, self.per_shape,
-                 [(c, Path(p).read_text()) for c, p in self.lists]]
+                 [(c, Path(p).read_text()) for c, p in self.lists],
+                 sorted((str(p), t) for p, t in self.incumbents.items()), list(self.twins)]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 

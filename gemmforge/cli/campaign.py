@@ -5,11 +5,17 @@
     gemmforge campaign --storage campaign_h100.db --status                 # where it stands
     gemmforge campaign --storage campaign_h100.db --report grid_h100 --report-dir benchmarks/results
     gemmforge campaign --storage c.db --shapes sample:20 --replay synthetic   # no GPU
+    gemmforge campaign --storage rerun.db --shapes grid:small,medium --incumbents shipped \
+        --twins pdl --per-backend 0 --portfolio all=new_kernels.txt   # after new kernels land
 
 The storage file is the whole campaign: it travels between calls and sessions. The first
 run's settings (the options below that default to "as stored") are kept in it, so a
 resume needs only --storage and --max-seconds. Every run prints a summary: measurements
 per pass, this run's candidates per second, shapes confirmed, the ETA of the rest.
+A re-run starts from the shipped winners (`--incumbents shipped`: each shape's shipped
+program first, then its `--twins`, then the lists), so the confirmation weighs new kernels
+against the programs users run today. The incumbents are read from the shipped file when a
+run starts: ship the re-run's winners after it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
 (search.grid_report: NAME.csv, NAME_decades.csv, NAME.png).
 """
@@ -27,7 +33,7 @@ STORED = {  # option -> default, kept in the store by the first run
     "shapes": "grid", "layout": "nn", "acc": "f32", "backends": "cuda_wgmma,triton",
     "per_backend": 8, "per_shape": 40, "portfolio": None, "chunk": 96, "threshold": 1.0,
     "search_budget": 16, "search_batch": 8, "policy": "heuristic", "top": 3,
-    "sustained_seconds": 1.0, "seed": 0,
+    "sustained_seconds": 1.0, "seed": 0, "incumbents": None, "twins": "",
 }
 DEFAULT_LISTS = ("large=benchmarks/programs/hopper_population.txt",)
 
@@ -44,7 +50,25 @@ def resolve_options(args, stored: dict | None) -> dict:
     return out
 
 
-def settings_from(options: dict):
+def incumbents_from(options: dict, device: str) -> dict:
+    """{problem: program text} for --incumbents: the shipped file's rows of `device`'s class
+    (the store's device, else the runner's), or {} without the option."""
+    from gemmforge.cli.common import UsageError
+    from gemmforge.search.devices import device_class
+    from gemmforge.search.shipped import shipped
+    source = options["incumbents"]
+    if not source:
+        return {}
+    if source != "shipped":
+        raise UsageError(f"--incumbents {source!r}: the only source is 'shipped'")
+    cls = device_class(device)
+    if cls is None:
+        raise UsageError(f"--incumbents shipped: the device {device!r} has no device class")
+    return {row.problem: row.program_text for row in shipped().rows
+            if row.device_class == cls}
+
+
+def settings_from(options: dict, incumbents: dict | None = None):
     """A campaign.CampaignSettings from resolved options (UsageError if one is bad)."""
     from gemmforge.cli.common import UsageError
     from gemmforge.search.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
@@ -62,7 +86,8 @@ def settings_from(options: dict):
         lists.append((cls, path))
     try:
         portfolio = Portfolio(tuple(options["backends"].split(",")), options["per_backend"],
-                              tuple(lists), options["per_shape"])
+                              tuple(lists), options["per_shape"], incumbents or {},
+                              tuple(t for t in options["twins"].split(",") if t))
         return CampaignSettings(
             portfolio=portfolio, chunk=options["chunk"], threshold=options["threshold"],
             search_budget=options["search_budget"], search_batch=options["search_batch"],
@@ -96,15 +121,17 @@ def cmd_campaign(args) -> int:
         raise UsageError(f"--passes: {args.passes!r}; use a comma list of {', '.join(PASSES)}")
     store = CampaignStore(args.storage)
     options = resolve_options(args, store.get("options"))
-    settings = settings_from(options)
+    settings_from(options)  # bad options fail before a runner starts
     problems = parse_shapes(options["shapes"], options["layout"], options["acc"])
     if args.report:
         try:
-            return _report(store, problems, settings, args)
+            return _report(store, problems, settings_from(options), args)
         finally:
             store.close()
     runner = None if args.status else make_runner(args)
     try:
+        device = store.get("device") or (runner.device if runner else "")
+        settings = settings_from(options, incumbents_from(options, device))
         campaign = Campaign(store, runner or _StatusRunner(store), problems, settings,
                             progress=not args.quiet,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -183,6 +210,11 @@ def add_to(sub) -> None:
     c.add_argument("--portfolio", action="append", metavar="CLASS=FILE",
                    help="a program list for a shape class (small, medium, large, all); "
                         f"repeatable (default: {', '.join(DEFAULT_LISTS)})")
+    c.add_argument("--incumbents", choices=("shipped",),
+                   help="time each shape's shipped program first (a re-run after new "
+                        "kernels land)")
+    c.add_argument("--twins", help="comma list of boolean fields (pdl, swap_ab) set on "
+                                   "each incumbent as an extra candidate where legal")
     c.add_argument("--chunk", type=int, help="portfolio candidates per batch (96)")
     c.add_argument("--threshold", type=float, help="search where the portfolio's best is "
                                                    "below this x cuBLAS (1.0)")

@@ -1,0 +1,74 @@
+"""A campaign re-run from the shipped winners (`--incumbents shipped --twins pdl`): each
+shape's shipped program is timed first with its twins, and the confirmation weighs them
+against whatever the lists add; replayed, no GPU."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse
+from gemmforge.search.portfolio import TWIN_FIELDS, Portfolio
+from gemmforge.search.shipped import shipped
+
+ARCHS = (Arch.SM90A,)
+WGMMA = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"
+MMA = "cuda_mma sm_80 64x64x32 w2x2 s3 sw64 row/8 pred k1 dp c1x1 nows direct"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_incumbent_first_then_its_legal_twins():
+    small, other = Problem(64, 64, 1024), Problem(128, 64, 1024)
+    portfolio = Portfolio(per_backend=0, incumbents={small: WGMMA, other: MMA},
+                          twins=("pdl",))
+    assert portfolio.programs_for(small, ARCHS) == [WGMMA, WGMMA + " pdl"]
+    # pdl is sm_90a's alone: an sm_80 incumbent keeps no twin (and runs where sm_80 does)
+    assert portfolio.programs_for(other, (Arch.SM90A, Arch.SM80)) == [MMA]
+    assert portfolio.programs_for(Problem(64, 64, 64 * 3), ARCHS) == []  # no incumbent
+    with_list = Portfolio(per_backend=2, incumbents={small: WGMMA}, twins=("pdl",),
+                          per_shape=3)
+    got = with_list.programs_for(small, ARCHS)
+    assert got[:2] == [WGMMA, WGMMA + " pdl"] and len(got) == 3
+
+
+def test_twins_and_incumbents_are_part_of_the_plan_signature():
+    p = Problem(64, 64, 1024)
+    plain = Portfolio(per_backend=0)
+    seeded = Portfolio(per_backend=0, incumbents={p: WGMMA})
+    assert plain.signature() != seeded.signature()
+    assert seeded.signature() != Portfolio(per_backend=0, incumbents={p: WGMMA},
+                                           twins=("pdl",)).signature()
+    assert set(TWIN_FIELDS) == {"swap_ab", "pdl"}
+    with pytest.raises(ValueError, match="twin field 'stages'"):
+        Portfolio(twins=("stages",))
+
+
+def _rerun(tmp_path, *extra):
+    from gemmforge.cli import main
+    return main(["campaign", "--storage", str(tmp_path / "r.db"), "--shapes",
+                 "64x64x1024,4096x128x4096", "--replay", "synthetic", "--replay-device",
+                 H100, "--per-backend", "0", "--search-budget", "0", "--quiet", *extra])
+
+
+def test_cli_rerun_times_the_shipped_program_and_its_twin(tmp_path, capsys):
+    assert _rerun(tmp_path, "--incumbents", "shipped", "--twins", "pdl") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["confirmed"] == 2
+    assert _rerun(tmp_path, "--report", "rerun", "--report-dir", str(tmp_path)) == 0
+    with (tmp_path / "rerun.csv").open() as f:
+        table = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in csv.DictReader(f)}
+    for shape, row in table.items():
+        incumbent = shipped().exact("h100", Problem(*shape)).program_text
+        assert not parse(incumbent).pdl and row["program"] in {incumbent, incumbent + " pdl"}
+
+
+def test_cli_rerun_needs_a_device_class_and_a_known_source(tmp_path, capsys):
+    from gemmforge.cli import main
+    args = ["campaign", "--storage", str(tmp_path / "x.db"), "--shapes", "64x64x1024",
+            "--replay", "synthetic", "--incumbents", "shipped", "--quiet"]
+    assert main(args) == 2  # the replay device is no GPU class
+    assert "has no device class" in capsys.readouterr().err
+    assert _rerun(tmp_path, "--twins", "stages") == 2
+    assert "twin field 'stages'" in capsys.readouterr().err
