@@ -17,8 +17,9 @@ Passes, each over every shape before the next starts:
   confirm .... each shape's best `top` distinct programs (and the last winner) timed again
                in a fresh group beside cuBLAS with the kernel, cold and call protocols,
                re-gated after timing (search.bench: a wrong output is a failed Result, never
-               a winner); the large class (2mnk >= 1e11) also in the sustained protocol,
-               and there the winner is the best under sustained load. A round is stored
+               a winner); the winner is the best over L2 warm and cold together
+               (selection_ratio); the large class (2mnk >= 1e11) is also timed in the
+               sustained protocol, and there the winner is the best under sustained load. A round is stored
                whole or not at all; it is repeated only when the contenders change.
 A shape's winner is its latest confirmation round's best ok result.
 
@@ -29,6 +30,7 @@ seconds per candidate say would not fit. One campaign process per store file (a 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -80,10 +82,22 @@ def ok(r: Result) -> bool:
 
 def selection_ratio(problem: Problem, r: Result) -> float:
     """What a confirmation's winner is chosen by: the sustained ratio for the large class
-    where measured, else the kernel ratio (paired, L2 warm)."""
+    where measured; else the geometric mean of the kernel ratios with L2 warm and L2 cold
+    where both are measured (weights are cold in a model's forward pass: a program that
+    wins warm by overlapping back-to-back launches, pdl, must not lose it cold); else the
+    kernel ratio (paired, L2 warm)."""
     if shape_class(problem) == "large" and r.sustained_speedup is not None:
         return r.sustained_speedup
+    if r.cold_speedup is not None:
+        return math.sqrt(r.speedup * r.cold_speedup)
     return r.speedup
+
+
+def selected_by(problem: Problem, r: Result) -> str:
+    """Which figures selection_ratio used for `r`: sustained, kernel+cold or kernel."""
+    if shape_class(problem) == "large" and r.sustained_speedup is not None:
+        return "sustained"
+    return "kernel+cold" if r.cold_speedup is not None else "kernel"
 
 
 class Campaign:

@@ -12,7 +12,7 @@ Writes, under the folder:
                      class) of the shape's confirmed winner, plus shape_class, confirmed,
                      regate ("ok": passed the gate after timing; "not confirmed": the best
                      unconfirmed reading, so `gemmforge ship` refuses it), selected_by
-                     (sustained or kernel), cold/sustained ratios and CUDA-L2's published
+                     (sustained, kernel+cold or kernel: campaign.selection_ratio), cold/sustained ratios and CUDA-L2's published
                      ratios at the shape. `gemmforge ship --from NAME.csv` reads it as is.
   NAME_decades.csv . per FLOP decade (2mnk) and overall: shapes, geomeans of our kernel,
                      cold, call and sustained ratios to cuBLAS, the lowest kernel ratio,
@@ -37,6 +37,7 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
+from gemmforge.search.campaign import selected_by
 from gemmforge.search.portfolio import shape_class
 from gemmforge.search.records import Result
 from gemmforge.search.report import write_csv
@@ -63,13 +64,12 @@ def shape_rows(campaign) -> list[tuple[Result, dict]]:
         best = winner or next(iter(campaign.measured_best(problem)), None)
         if best is None:
             continue
-        large = shape_class(problem) == "large"
         published = cuda_l2().get((problem.m, problem.n, problem.k), {})
         out.append((best, {
             "shape_class": shape_class(problem), "confirmed": winner is not None,
             "source": "campaign",
             "regate": "ok" if winner is not None else "not confirmed",
-            "selected_by": "sustained" if large and best.sustained_speedup else "kernel",
+            "selected_by": selected_by(problem, best),
             "cold_speedup": best.cold_speedup,
             "sustained_speedup": best.sustained_speedup,
             **{f"cuda_l2_{c}": published.get(c) for c in L2_COLUMNS}}))

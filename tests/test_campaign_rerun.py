@@ -72,3 +72,24 @@ def test_cli_rerun_needs_a_device_class_and_a_known_source(tmp_path, capsys):
     assert "has no device class" in capsys.readouterr().err
     assert _rerun(tmp_path, "--twins", "stages") == 2
     assert "twin field 'stages'" in capsys.readouterr().err
+
+
+def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
+    from gemmforge.search.campaign import selected_by, selection_ratio
+    from gemmforge.search.records import Result
+    small, large = Problem(64, 64, 1024), Problem(4096, 4096, 8192)
+
+    def timed(problem, warm_us, cold_us, sustained_us=None):
+        return Result("p", problem.m, problem.n, problem.k, kernel_us=warm_us,
+                      cublas_us=10.0, cold_us=cold_us, cublas_cold_us=10.0,
+                      sustained_us=sustained_us,
+                      cublas_sustained_us=None if sustained_us is None else 10.0)
+    fast_warm_only = timed(small, 10 / 1.10, 10 / 0.85)   # overlaps launches warm, slow cold
+    even = timed(small, 10.0, 10.0)
+    assert selection_ratio(small, fast_warm_only) == pytest.approx((1.10 * 0.85) ** 0.5)
+    assert selection_ratio(small, even) > selection_ratio(small, fast_warm_only)
+    assert selected_by(small, even) == "kernel+cold"
+    warm_only = Result("p", 64, 64, 1024, kernel_us=8.0, cublas_us=10.0)
+    assert selection_ratio(small, warm_only) == 1.25 and selected_by(small, warm_only) == "kernel"
+    under_load = timed(large, 8.0, 8.0, sustained_us=12.5)
+    assert selection_ratio(large, under_load) == 0.8 and selected_by(large, under_load) == "sustained"
