@@ -114,8 +114,8 @@ def test_pdl_waits_before_global_memory_and_launches_with_the_attribute():
 
 
 @pytest.mark.parametrize("text, says", [
-    ("triton sm_90a 64x64x64 w2x2 s4 swnone row/8 pred k1 dp c1x1 nows direct pdl",
-     "pdl: triton"),
+    ("cute_cpp sm_90a 128x128x64 w1x1 s4 swnone col/1 pred k1 dp c1x1 nows direct pdl",
+     "pdl: cute_cpp"),
     ("cuda_mma sm_80 128x128x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct pdl",
      "pdl: programmatic dependent launches (griddepcontrol) need sm_90a"),
 ])

@@ -55,6 +55,13 @@ class TritonBackend(Backend):
                 move through TMA tensor descriptors built on the host; Triton picks
                 the shared-memory swizzle (128B for 64-wide fp16 rows) itself. This is
                 the one field that switches TMA on.
+      pdl       (sm_90a) every kernel of the plan (the GEMM, and split-K's zero and
+                reduce kernels) starts with gdc_wait, before any global load or store,
+                then gdc_launch_dependents, and is compiled with Triton's launch_pdl
+                option, so both launch paths (compiled.run and launcher.RawLauncher) set
+                programmatic stream serialization: a launch may start while the
+                previous kernel on the stream finishes. Needs triton >= 3.4
+                (toolchain.require_pdl: a clear BuildError, never a plain launch)
       swizzle, padding, cluster, warp_spec: defaults only (none, predicate, 1x1, none):
                 Triton chooses shared layouts and masks ragged edges itself.
 
@@ -82,6 +89,7 @@ class TritonBackend(Backend):
         "warp_spec": frozenset({WarpSpec.NONE}),
         "epilogue": frozenset({Epilogue.DIRECT, Epilogue.TMA}),
         "swap_ab": frozenset({False, True}),
+        "pdl": frozenset({False, True}),
     }
     max_stages = 16
     reductions = frozenset(Reduction)
@@ -115,6 +123,8 @@ class TritonBackend(Backend):
         record = {"plan": plan.as_json(), "capability": capability, "env": env,
                   "aligned": list(aligned), "entry": source.entry}
         (out_dir / "plan.json").write_text(json.dumps(record, indent=1, sort_keys=True))
+        if program.pdl:  # before the import: kernel.py imports the gdc_* functions
+            toolchain.require_pdl(str(program))
         module = _load(out_dir, source.entry)
         compiled = [_compile(module, kernel, record, out_dir, program) for kernel in plan.kernels]
         meta = {**record, "triton_version": toolchain.version(), "kernels": compiled}
@@ -168,6 +178,7 @@ def _compile(module, kernel, record: dict, out_dir: Path, program: Program) -> d
     (out_dir / f"{kernel.name}.cubin").write_bytes(compiled.asm["cubin"])
     return {"role": kernel.role, "name": kernel.name, "function": compiled.metadata.name,
             "shared": shared, "num_warps": compiled.metadata.num_warps,
+            "launch_pdl": bool(getattr(compiled.metadata, "launch_pdl", False)),
             "num_stages": kernel.num_stages, "ptx": f"{kernel.name}.ptx",
             "cubin": f"{kernel.name}.cubin"}
 

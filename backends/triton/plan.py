@@ -38,7 +38,10 @@ class KernelPlan:
     the launch order, so the JSON form keeps it as a list of [name, type] pairs (JSON
     objects are unordered, and the artifact cache writes them with sorted keys).
     `grid` is "tiles" (one program per work unit), "persistent" (min(SM count, work
-    units)) or "elements" (NUMEL / BLOCK).
+    units)) or "elements" (NUMEL / BLOCK). `launch_pdl`: compiled with Triton's
+    `launch_pdl` option, so its launcher sets programmatic stream serialization (the
+    program's `pdl`; every kernel of such a plan waits for its predecessor's memory with
+    gdc_wait before touching global memory).
     """
 
     role: str          # gemm, zero or reduce
@@ -48,6 +51,7 @@ class KernelPlan:
     num_warps: int
     num_stages: int
     grid: str
+    launch_pdl: bool = False
 
     def args(self, values: dict) -> list:
         """Positional launch arguments: `values` by parameter name, constexprs as planned."""
@@ -173,7 +177,7 @@ def _gemm_kernel(program: Program, layout: Layout) -> KernelPlan:
     signature.update({name: "constexpr" for name in constexprs})
     grid = "persistent" if program.schedule == Schedule.PERSISTENT else "tiles"
     return KernelPlan("gemm", program.name, signature, constexprs, program.warps.count,
-                      program.stages, grid)
+                      program.stages, grid, program.pdl)
 
 
 def _elementwise_kernel(program: Program, role: str, slices: int) -> KernelPlan:
@@ -185,7 +189,7 @@ def _elementwise_kernel(program: Program, role: str, slices: int) -> KernelPlan:
     signature["NUMEL"] = "i64"
     signature.update({name: "constexpr" for name in constexprs})
     return KernelPlan(role, f"{program.name}_{role}", signature, constexprs,
-                      ELEMENTWISE_WARPS, 1, "elements")
+                      ELEMENTWISE_WARPS, 1, "elements", program.pdl)
 
 
 def make_plan(program: Program, problem: Problem) -> LaunchPlan:
@@ -252,6 +256,7 @@ def template_context(program: Program, problem: Problem) -> dict:
         **_operand_roles(program, nt),
         "cnt_arg": " cnt_ptr," if in_kernel(program) else "",
         "persistent": persistent,
+        "pdl": program.pdl,
         "raster_col": program.raster.order == RasterOrder.COL,
         "raster_doc": f"tiles of C along {order}, in groups of GROUP",
         "schedule_doc": ("a persistent grid of one program per SM loops over the units."

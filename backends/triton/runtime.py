@@ -38,7 +38,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Callable
 
-from gemmforge.compiler.values import Artifact
+from gemmforge.compiler.values import Artifact, BuildError
 from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import (
     ALIGN_HINT, DESCRIPTOR_BASES, PER_CALL_ARGS, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
@@ -74,7 +74,10 @@ class _Step:
 
     def __init__(self, kernel: KernelPlan, compiled, plan: LaunchPlan):
         self.kernel, self.plan, self.compiled = kernel, plan, compiled
-        compiled.run  # noqa: B018  (loads the module on this device now: fail at load)
+        run = compiled.run  # (loads the module on this device now: fail at load)
+        if kernel.launch_pdl and not getattr(run, "launch_pdl", False):
+            raise BuildError(f"{kernel.name}: planned with pdl, but Triton's launcher for it "
+                             "does not set programmatic serialization (run.launch_pdl)")
 
 
 class _Launch:
@@ -121,6 +124,8 @@ class TritonKernel(Kernel):
         super().__init__(artifact)
         meta = artifact.meta
         self.plan = LaunchPlan.from_json(meta["plan"])
+        if any(k.launch_pdl for k in self.plan.kernels):  # kernel.py imports gdc_*
+            toolchain.require_pdl(artifact.program_text)
         self._module = toolchain.load_module(Path(artifact.path).with_name(meta["entry"]))
         device = self._device = torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(device)

@@ -11,6 +11,12 @@ ASTSource keyword for constexprs) and of the two facts Triton hides in its optio
 - a variant names the integer arguments known to be multiples of 16 (N, K, NUMEL):
   Triton is told so through `tt.divisibility` attributes, which is what lets it issue
   16-byte vector loads; the runtime picks the variant per launch.
+- a kernel planned with `launch_pdl` (the program's `pdl`) is compiled with Triton's
+  `launch_pdl` option, so its launcher (compiled.run, and launcher.RawLauncher) sets
+  programmatic stream serialization; Triton drops options it does not know without a
+  word, so the release is checked first (PDL_MIN_RELEASE: the option and
+  triton.language.extra.cuda.gdc_wait / gdc_launch_dependents) and the compiled
+  kernel's metadata after, and either missing is a BuildError, never a plain launch.
 
 Reproduce a build:  python -m backends.triton.toolchain OUT_DIR
 (OUT_DIR holds kernel.py and plan.json, as `build()` writes them before compiling).
@@ -34,6 +40,7 @@ from gemmforge.ir.program import Arch
 
 AMPERE, HOPPER, BLACKWELL = 80, 90, 100
 WARP_SIZE = 32
+PDL_MIN_RELEASE = "3.4"  # launch_pdl and extra.cuda.gdc_* (3.6 and 3.9 checked)
 _ENV_LOCK = threading.Lock()
 
 
@@ -130,17 +137,60 @@ def _environment(env: dict[str, str]):
                     os.environ[key] = value
 
 
+def pdl_missing() -> str | None:
+    """Why the installed Triton can't build a pdl kernel (its CUDA options lack
+    `launch_pdl`, or triton.language.extra.cuda lacks gdc_wait / gdc_launch_dependents),
+    or None where it can."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.language.extra import cuda
+    except ImportError as e:
+        return f"its CUDA backend does not import ({e})"
+    options = getattr(CUDAOptions, "__dataclass_fields__", {})
+    lacks = ([] if "launch_pdl" in options else ["the compile option launch_pdl"]) + [
+        f"triton.language.extra.cuda.{name}" for name in ("gdc_wait", "gdc_launch_dependents")
+        if not hasattr(cuda, name)]
+    return f"it lacks {' and '.join(lacks)}" if lacks else None
+
+
+def require_pdl(what: str) -> None:
+    """BuildError naming `what` (a kernel or program) where the installed Triton can't
+    launch it with programmatic dependent launch (pdl_missing)."""
+    triton = import_triton()
+    why = pdl_missing()
+    if why:
+        raise BuildError(f"{what}: pdl needs triton >= {PDL_MIN_RELEASE}; triton "
+                         f"{triton.__version__}: {why}. Use the program without pdl")
+
+
+def _check_launch_pdl(triton, kernel: KernelPlan, compiled) -> None:
+    """BuildError where a kernel planned with launch_pdl came out of the compile
+    without it in its metadata (it would launch without programmatic serialization)."""
+    if not getattr(compiled.metadata, "launch_pdl", False):
+        raise BuildError(f"{kernel.name}: triton {triton.__version__} compiled it without "
+                         "launch_pdl in its metadata, so it would launch without programmatic "
+                         "serialization. Use the program without pdl")
+
+
 def compile_kernel(module, kernel: KernelPlan, capability: int, env: dict[str, str],
                    aligned: tuple[str, ...]):
-    """triton.compile one kernel of `module` for `capability`; returns the CompiledKernel."""
+    """triton.compile one kernel of `module` for `capability`; returns the CompiledKernel.
+    A kernel planned with launch_pdl is compiled with it (BuildError where it can't be)."""
     triton = import_triton()
     from triton.backends.compiler import GPUTarget
     fn = getattr(module, kernel.name)
     options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages,
                "enable_fp_fusion": True}
+    if kernel.launch_pdl:
+        require_pdl(kernel.name)
+        options["launch_pdl"] = True
     with _environment(env):
-        return triton.compile(_ast_source(triton, fn, kernel, aligned),
-                              target=GPUTarget("cuda", capability, WARP_SIZE), options=options)
+        compiled = triton.compile(_ast_source(triton, fn, kernel, aligned),
+                                  target=GPUTarget("cuda", capability, WARP_SIZE),
+                                  options=options)
+    if kernel.launch_pdl:
+        _check_launch_pdl(triton, kernel, compiled)
+    return compiled
 
 
 def repro_command(out_dir: Path) -> str:
