@@ -119,7 +119,9 @@ def test_the_lineage_search_climbs():
     search = ShapeSearch(problem, policy.vocab.variants, runner, random.Random(0))
     search.seed(heuristic_seeds(policy.vocab.variants, [problem], Arch.SM90A))
     start = search.known[search.elites(1)[0]]
-    for _ in range(20):
+    # 30 rounds: edits go round-robin over the knobs, and the synthetic replay model
+    # scores some (triton's pdl) as neutral, so a round may spend its edit on one
+    for _ in range(30):
         search.climb(1)
     assert search.known[search.elites(1)[0]] > start + 0.1
     assert {p.backend for p in search.leaders()} == set(BACKENDS)

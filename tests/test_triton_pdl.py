@@ -3,8 +3,8 @@ every kernel of a pdl plan (the GEMM, split-K's zero and reduce kernels) starts 
 gdc_wait then gdc_launch_dependents, before any global load or store, and none does
 without pdl; verify takes pdl on sm_90a and refuses it on sm_80; every kernel is planned,
 compiled (real sm_90 compiles: the metadata's launch_pdl, griddepcontrol in the PTX
-before the first global access) and launched with launch_pdl, through Triton's C launcher
-and through `compiled.run` alike; a Triton that can't is a BuildError, never a plain
+before the first global access) and launched with pdl, through Triton's C launcher,
+`compiled.run` and the runner alike; a Triton that can't is a BuildError, never a plain
 launch."""
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_the_search_space_offers_pdl_on_sm90a_only():
     assert variant("triton", Arch.SM90A).contains(parse(DIRECT))
 
 
-# ---- launching: both paths of the runtime hand Triton's launcher pdl -------------------
+# ---- launching: every path of the runtime hands Triton's C launcher pdl -----------------
 
 class CLaunch:
     """A C launcher (no __code__, as Triton's builtin): records what it is handed."""

@@ -1,5 +1,6 @@
 """The triton backend: Triton kernels rendered from the IR, compiled ahead of time for
-sm_80 (mma.sync) and sm_90a (wgmma, optionally TMA), launched through `@loader("triton")`.
+sm_80 (mma.sync) and sm_90a (wgmma, optionally TMA and programmatic dependent launch:
+`pdl`), launched through `@loader("triton")`.
 
 Importing this package registers the backend and its loader; triton itself is imported
 only when a program is built or loaded.
