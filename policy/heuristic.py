@@ -68,6 +68,7 @@ def _fit(backend, program: Program) -> Program:
 
 def _candidates(backend, arch: Arch, problem: Problem):
     """Programs for one backend, best guess first (not yet verified)."""
+    pdl = _pdl(backend, arch, problem)
     for bm, bn, bk, wm, wn, stages in _tiles_for(problem):
         split = _split_for(problem, bm, bn, bk)
         for swizzle in _SWIZZLE_ORDER:
@@ -75,7 +76,7 @@ def _candidates(backend, arch: Arch, problem: Problem):
                 yield _fit(backend, Program(
                     backend=backend.name, arch=arch, tile=Tile(bm, bn, bk), warps=Warps(*warps),
                     stages=stages, swizzle=swizzle, raster=Raster(RasterOrder.ROW, 8),
-                    padding=Padding.PREDICATE, split_k=SplitK(split)))
+                    padding=Padding.PREDICATE, split_k=SplitK(split), pdl=pdl))
 
 
 # Programs that won on large shapes (benchmarks/results/hopper_large_h100_v5.csv,
@@ -164,12 +165,22 @@ def _small_candidates(backend, arch: Arch, problem: Problem):
                 backend=backend.name, arch=arch, tile=Tile(shape.bm, shape.bn, shape.bk),
                 warps=Warps(*warps), stages=backend.max_stages, swizzle=swizzle,
                 raster=Raster(RasterOrder.ROW, 8), padding=Padding.PREDICATE,
-                split_k=SplitK(shape.slices, shape.reduction), swap_ab=shape.swap_ab))
+                split_k=SplitK(shape.slices, shape.reduction), swap_ab=shape.swap_ab,
+                pdl=_pdl(backend, arch, problem)))
             deep, reason = _deepest(program, problem)
             if deep is not None:
                 yield deep
             if deep is not None or not (reason.startswith("swizzle") or "warps" in reason):
                 break
+
+
+def _pdl(backend, arch: Arch, problem: Problem) -> bool:
+    """Programmatic dependent launch where the backend lowers it (sm_90a) and the problem is
+    below SEED_MIN_FLOPS: back to back, a launch overlaps the previous kernel's tail (on the
+    H100, pdl twins against their plain forms: +5 % at 2mnk 1e8, +3 % at 1e9, -1 % at 1e10,
+    a single launch unchanged; benchmarks/NOTES.md, fifteenth session)."""
+    return (arch == Arch.SM90A and problem.flops < SEED_MIN_FLOPS
+            and True in backend.allowed.get("pdl", ()))
 
 
 def _tiles64(problem: Problem) -> int:
@@ -179,24 +190,25 @@ def _tiles64(problem: Problem) -> int:
 def _small_hopper(problem: Problem) -> list[str]:
     """Program texts for cuda_wgmma on a problem below SEED_MIN_FLOPS, best guess first."""
     aligned = problem.k % 8 == 0 and (problem.layout == Layout.NT or problem.n % 8 == 0)
+    # TMA reads 16-byte aligned rows; padop copies. pdl: _pdl (every one is below 1e10)
     wg = ("cuda_wgmma sm_90a {tile} w1x1 s{s} sw128 row/8 " + ("pred" if aligned else "padop")
-          + " {k} {sched} c1x1 {ws} {epi}")  # TMA reads 16-byte aligned rows; padop copies
+          + " {k} {sched} c1x1 {ws} {epi}{swap} pdl")
     tiles = _tiles64(problem)
     out = []
     if problem.m <= SWAP_MAX_M:
         token = next(t for t in (8, 16, 32, 48) if t >= problem.m)
         split = "k2i" if problem.n // 64 < SMS and problem.k >= SPLIT_MIN_K else "k1"
         out.append(wg.format(tile=f"{token}x64x64", s=16, k=split, sched="dp", ws="coop",
-                             epi="direct") + " swap")
+                             epi="direct", swap=" swap"))
     if tiles >= MANY_TILES:
         out.append(wg.format(tile="128x128x64", s=6, k="k1", sched="persistent", ws="pingpong",
-                             epi="tma"))
+                             epi="tma", swap=""))
     if problem.k >= SPLIT_MIN_K and tiles < SMS // 2:
         slices = min(8, 1 << int(math.log2(max(1, SMS // tiles))))
         out.append(wg.format(tile="64x64x64", s=8, k=f"k{slices}", sched="dp", ws="coop",
-                             epi="direct"))
+                             epi="direct", swap=""))
     tile = "64x128x64" if tiles >= SMS else "64x64x64"
-    out.append(wg.format(tile=tile, s=8, k="k1", sched="dp", ws="coop", epi="direct"))
+    out.append(wg.format(tile=tile, s=8, k="k1", sched="dp", ws="coop", epi="direct", swap=""))
     return out
 
 

@@ -84,3 +84,17 @@ def test_small_problems_get_the_small_hopper_forms():
         assert program.stages >= 8 and program.warp_spec.value == "cooperative"
     unaligned = first("17x33x65 nn f32")
     assert unaligned.backend == "cuda_wgmma" and unaligned.padding.value == "pad_operands"
+
+
+def test_pdl_below_seed_flops_on_sm90a_only():
+    """Untuned small and medium programs launch with programmatic dependent launch where the
+    backend lowers it (sm_90a); the large class, sm_80 and backends without it do not."""
+    def first(text, arch=Arch.SM90A, backend=None):
+        return default_program(parse_problem(text), arch, backend)
+    for text in ("1x4096x4096 nt f32", "64x64x1024", "333x1024x4096 nt f32", "17x33x65"):
+        assert first(text).pdl, text
+    assert not first("8192x8192x8192").pdl
+    assert not first("64x64x1024", Arch.SM80).pdl
+    small = parse_problem("64x64x1024")
+    for program in heuristic.HeuristicPolicy("cuda_wgmma").propose(small, Arch.SM90A, 8):
+        assert program.pdl == (small.flops < heuristic.SEED_MIN_FLOPS)
