@@ -30,7 +30,9 @@ launch, unless GEMMFORGE_TRITON_DESCRIPTOR_CACHE=1 (opt-in, not checked on a GPU
 alignment class of (n, k, m * n) is compiled on first use. A plan with in-kernel split-K
 (plan.counters) gets its per-tile counters here, zeroed once per prepared size on the
 kernel's device and passed as `cnt_ptr` (not a per-call argument): every launch leaves
-them zero (Kernel.zeroed_bytes), so no call clears them.
+them zero (Kernel.zeroed_bytes), so no call clears them. Where the first launch at a size
+is captured into a CUDA graph, the graph zeroes its own counters at each replay, and the
+size is prepared again outside it.
 """
 from __future__ import annotations
 
@@ -217,6 +219,12 @@ class TritonKernel(Kernel):
                                     raw_launcher(step.compiled) if self._raw else None))
         prepared = _Prepared(self.plan.workspace_bytes(m, n, k), tuple(launches),
                              self._descriptor_specs(sizes), counters)
+        if counters is not None and _capturing():
+            # The first launch at this size is being captured into a CUDA graph: the zeroing
+            # is recorded, not run, and the counters live in the graph's memory pool. The
+            # graph zeroes them at each replay (a fill node before the GEMM); launches
+            # outside it prepare counters of their own.
+            return prepared
         if len(self._prepared) >= PREPARED_SHAPES:
             self._prepared.pop(next(iter(self._prepared)), None)
         self._prepared[(m, n, k)] = prepared
@@ -368,3 +376,9 @@ def _arch_of(artifact: Artifact):
 @loader("triton")
 def load_triton(artifact: Artifact) -> Kernel:
     return TritonKernel(artifact)
+
+
+def _capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph."""
+    import torch
+    return torch.cuda.is_current_stream_capturing()
