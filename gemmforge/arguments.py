@@ -8,7 +8,6 @@ server can't be reached.
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 from gemmforge.errors import Failure, UsageError
@@ -31,33 +30,32 @@ def positive_seconds(name: str, value: float | None) -> float | None:
     return value
 
 
-def _grid_shapes() -> list[str]:
-    from importlib import resources
-    return resources.files("gemmforge.search").joinpath("data/grid_1000.txt").read_text().split()
-
-
 def _shape_texts(spec: str, name: str) -> list[str]:
-    if spec == "grid":
-        return _grid_shapes()
+    """search.shapes.shape_texts with each way it can fail said as a UsageError."""
+    from gemmforge.search.shapes import shape_texts
     if spec.startswith("sample:"):
         parts = spec.split(":")
-        grid = _grid_shapes()
+        grid = shape_texts("grid")
         try:
-            count, seed = int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+            count = int(parts[1])
+            if len(parts) > 2:
+                int(parts[2])
             if len(parts) > 3 or not 1 <= count <= len(grid):
                 raise ValueError
         except (ValueError, IndexError):
             raise UsageError(f"{name}: {spec!r} is not sample:N[:SEED] with N in "
                              f"1..{len(grid)}") from None
-        return random.Random(seed).sample(grid, count)
     if spec.startswith("@"):
-        return text_file(name, spec[1:]).split()
-    return [s.strip() for s in spec.split(",") if s.strip()]
+        text_file(name, spec[1:])  # unreadable: a UsageError naming the file
+    try:
+        return shape_texts(spec)
+    except IRError as e:
+        raise UsageError(str(e)) from None
 
 
 def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shapes") -> list:
-    """Problems from a --shapes value: a comma list of MxNxK, `grid`, `sample:N[:SEED]`,
-    or `@file` (one shape per line); at least one."""
+    """Problems from a --shapes value: a comma list of MxNxK, `grid`, `grid:CLASSES`,
+    `sample:N[:SEED]`, or `@file` (shapes per line, '#' comments); at least one."""
     texts = _shape_texts(spec, name)
     if not texts:
         raise UsageError(f"{name}: no shapes in {spec!r}")

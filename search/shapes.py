@@ -18,29 +18,36 @@ GRID = Path(__file__).with_name("data") / "grid_1000.txt"
 
 def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
     """Problems from a --shapes value (see the module docstring); raises IRError on a bad
-    shape. `sample:N[:SEED]` draws N grid shapes with SEED (default 0); `grid:CLASSES`
-    keeps the grid shapes of the FLOP classes named (search.portfolio.shape_class)."""
+    shape."""
     from gemmforge.ir.text import parse_problem
+    return [parse_problem(f"{s} {layout} {acc}") for s in shape_texts(spec)]
+
+
+def shape_texts(spec: str) -> list[str]:
+    """The MxNxK texts of a --shapes value, not yet parsed. `sample:N[:SEED]` draws N grid
+    shapes with SEED (default 0); `grid:CLASSES` keeps the grid shapes of the FLOP classes
+    named (search.portfolio.shape_class; IRError for an unknown one)."""
     if spec.startswith("grid:"):
-        return _grid_classes(spec[len("grid:"):].split(","), layout, acc)
+        return _grid_classes(spec[len("grid:"):].split(","))
     if spec == "grid" or spec.startswith("sample:"):
         shapes = GRID.read_text().split()
         if spec != "grid":
             _, count, *seed = spec.split(":")
             shapes = random.Random(int(seed[0]) if seed else 0).sample(shapes, int(count))
-    elif spec.startswith("@"):
+        return shapes
+    if spec.startswith("@"):
         lines = Path(spec[1:]).read_text().splitlines()
-        shapes = [s for line in lines for s in line.partition("#")[0].split()]
-    else:
-        shapes = [s for s in spec.split(",") if s.strip()]
-    return [parse_problem(f"{s} {layout} {acc}") for s in shapes]
+        return [s for line in lines for s in line.partition("#")[0].split()]
+    return [s.strip() for s in spec.split(",") if s.strip()]
 
 
-def _grid_classes(classes: list[str], layout: str, acc: str) -> list[Problem]:
+def _grid_classes(classes: list[str]) -> list[str]:
     from gemmforge.ir.program import IRError
+    from gemmforge.ir.text import parse_problem
     from gemmforge.search.portfolio import CLASSES, shape_class
     unknown = sorted(set(classes) - set(CLASSES))
     if unknown:
         raise IRError(f"--shapes grid:{','.join(classes)}: unknown class "
-                         f"{', '.join(unknown)} (classes: {', '.join(CLASSES)})")
-    return [p for p in parse_shapes("grid", layout, acc) if shape_class(p) in classes]
+                      f"{', '.join(unknown)} (classes: {', '.join(CLASSES)})")
+    return [s for s in GRID.read_text().split()
+            if shape_class(parse_problem(f"{s} nn f32")) in classes]

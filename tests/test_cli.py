@@ -1,5 +1,6 @@
 """The gemmforge command: emit, verify, schema; bad input gets one line and exit code 2."""
 import json
+import re
 
 import pytest
 
@@ -185,3 +186,20 @@ def test_the_emitted_self_test_runs_the_emitted_shape(tmp_path, capsys, program)
     assert code == 0, err
     text = open(out.splitlines()[1]).read()
     assert "M = 264, N = 384, K = 520;" in text
+
+
+def test_shapes_values_read_the_same_everywhere(tmp_path):
+    """arguments.shapes (tune, bench, ...) and search.shapes (campaign) read one syntax:
+    a shape file with '#' comments, grid:CLASSES, sample:N:SEED; bad values are one line."""
+    from gemmforge import arguments
+    from gemmforge.errors import UsageError
+    from gemmforge.search.shapes import parse_shapes
+    listed = tmp_path / "shapes.txt"
+    listed.write_text("# model layers\n1x4096x4096  # decode\n77x6144x4096\n")
+    for spec in (f"@{listed}", "grid:small", "sample:7:3", "64x64x64,128x256x512"):
+        assert arguments.shapes(spec, "nt") == parse_shapes(spec, "nt")
+    assert [p.m for p in arguments.shapes(f"@{listed}")] == [1, 77]
+    for spec, said in (("grid:tiny", "unknown class tiny"), ("sample:0", "sample:N[:SEED]"),
+                       (f"@{tmp_path / 'none'}", "no such file"), ("", "no shapes")):
+        with pytest.raises(UsageError, match=re.escape(said)):
+            arguments.shapes(spec)
