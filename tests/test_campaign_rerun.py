@@ -61,7 +61,8 @@ def test_cli_rerun_times_the_shipped_program_and_its_twin(tmp_path, capsys):
         table = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in csv.DictReader(f)}
     for shape, row in table.items():
         incumbent = shipped().exact("h100", Problem(*shape)).program_text
-        assert not parse(incumbent).pdl and row["program"] in {incumbent, incumbent + " pdl"}
+        twin = str(parse(incumbent).replace(pdl=True))
+        assert row["program"] in {incumbent, twin}
 
 
 def test_cli_rerun_needs_a_device_class_and_a_known_source(tmp_path, capsys):
@@ -93,3 +94,15 @@ def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
     assert selection_ratio(small, warm_only) == 1.25 and selected_by(small, warm_only) == "kernel"
     under_load = timed(large, 8.0, 8.0, sustained_us=12.5)
     assert selection_ratio(large, under_load) == 0.8 and selected_by(large, under_load) == "sustained"
+
+
+def test_an_h200_rerun_starts_from_its_own_rows_then_the_h100s():
+    from gemmforge.cli.campaign import incumbents_from
+    got = incumbents_from({"incumbents": "shipped"}, "NVIDIA H200")
+    h100 = incumbents_from({"incumbents": "shipped"}, H100)
+    assert len(got) >= len(h100) and incumbents_from({"incumbents": None}, H100) == {}
+    for row in shipped().rows:
+        if row.device_class == "h200":
+            assert got[row.problem] == row.program_text
+    small = Problem(64, 64, 1024)
+    assert shipped().exact("h200", small) is None and got[small] == h100[small]

@@ -52,9 +52,11 @@ def resolve_options(args, stored: dict | None) -> dict:
 
 def incumbents_from(options: dict, device: str) -> dict:
     """{problem: program text} for --incumbents: the shipped file's rows of `device`'s class
-    (the store's device, else the runner's), or {} without the option."""
+    (the store's device, else the runner's), where it has none for a shape a sibling class's
+    (search.devices.lookup_classes: an H200 run starts from the H100's winners); {} without
+    the option."""
     from gemmforge.cli.common import UsageError
-    from gemmforge.search.devices import device_class
+    from gemmforge.search.devices import device_class, lookup_classes
     from gemmforge.search.shipped import shipped
     source = options["incumbents"]
     if not source:
@@ -64,8 +66,11 @@ def incumbents_from(options: dict, device: str) -> dict:
     cls = device_class(device)
     if cls is None:
         raise UsageError(f"--incumbents shipped: the device {device!r} has no device class")
-    return {row.problem: row.program_text for row in shipped().rows
-            if row.device_class == cls}
+    out: dict = {}
+    for source in reversed(lookup_classes(cls)):  # own class last: it wins
+        out.update({row.problem: row.program_text for row in shipped().rows
+                    if row.device_class == source})
+    return out
 
 
 def settings_from(options: dict, incumbents: dict | None = None):
