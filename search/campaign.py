@@ -30,7 +30,6 @@ seconds per candidate say would not fit. One campaign process per store file (a 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -39,6 +38,7 @@ from gemmforge.ir.program import Problem
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
+from gemmforge.search.selection import ok, selection_ratio
 
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
@@ -74,30 +74,6 @@ class CampaignSettings:
 
 class OutOfTime(Exception):
     """The next unit of work would not fit in the run's time."""
-
-
-def ok(r: Result) -> bool:
-    return r.ok and not r.implausible and r.speedup is not None
-
-
-def selection_ratio(problem: Problem, r: Result) -> float:
-    """What a confirmation's winner is chosen by: the sustained ratio for the large class
-    where measured; else the geometric mean of the kernel ratios with L2 warm and L2 cold
-    where both are measured (weights are cold in a model's forward pass: a program that
-    wins warm by overlapping back-to-back launches, pdl, must not lose it cold); else the
-    kernel ratio (paired, L2 warm)."""
-    if shape_class(problem) == "large" and r.sustained_speedup is not None:
-        return r.sustained_speedup
-    if r.cold_speedup is not None:
-        return math.sqrt(r.speedup * r.cold_speedup)
-    return r.speedup
-
-
-def selected_by(problem: Problem, r: Result) -> str:
-    """Which figures selection_ratio used for `r`: sustained, kernel+cold or kernel."""
-    if shape_class(problem) == "large" and r.sustained_speedup is not None:
-        return "sustained"
-    return "kernel+cold" if r.cold_speedup is not None else "kernel"
 
 
 class Campaign:

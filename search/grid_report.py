@@ -37,7 +37,7 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
-from gemmforge.search.campaign import selected_by
+from gemmforge.search.selection import selected_by
 from gemmforge.search.portfolio import shape_class
 from gemmforge.search.records import Result
 from gemmforge.search.report import write_csv

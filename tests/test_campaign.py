@@ -16,7 +16,7 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
-from gemmforge.search.campaign import selection_ratio
+from gemmforge.search.selection import selection_ratio
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, read_programs, shape_class
 from gemmforge.search.records import Result

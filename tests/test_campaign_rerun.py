@@ -76,7 +76,7 @@ def test_cli_rerun_needs_a_device_class_and_a_known_source(tmp_path, capsys):
 
 
 def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
-    from gemmforge.search.campaign import selected_by, selection_ratio
+    from gemmforge.search.selection import selected_by, selection_ratio
     from gemmforge.search.records import Result
     small, large = Problem(64, 64, 1024), Problem(4096, 4096, 8192)
 
