@@ -85,8 +85,8 @@ PDL = [
     "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma pdl",
     "triton sm_90a 64x64x64 w1x4 s2 swnone row/8 pred k1 dp c1x1 nows direct swap pdl",
 ]
-# one shape per alignment class of (N, K, M * N): all aligned, none, K only
-PDL_SHAPES = [(1, 4096, 1024), (17, 33, 65), (77, 1000, 4096)]
+# one shape per alignment class of (N, K, M * N): all aligned, none, K only; and M = 4099
+PDL_SHAPES = [(1, 4096, 1024), (17, 33, 65), (77, 1000, 4096), (4099, 136, 264)]
 PDL_JOBS = ([(text, "nn", "f32") for text in PDL]
             + [(PDL[0], "nt", "f16"), (PDL[3], "nt", "f16")])
 
