@@ -6,8 +6,10 @@ within a distance limit, else the heuristic's), builds it once (artifact cache) 
 the loaded kernel. With an fp32 accumulator and no `out`, the call goes through the C++
 operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the kernel's launch entry is
 registered there on a shape's first call, and later calls cost a dictionary lookup and the
-op. Kernels without a C launch entry (Triton), `acc="f16"`, `out=` and machines where the
-op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never tries) call the Python Kernel.
+op. A kernel without a C launch entry (Triton) is swapped, below OP_HOST_BOUND_FLOPS, for
+the best program of another backend (search.choice.resolve with that backend excluded) that
+has one; above it, and for `acc="f16"`, `out=` and machines where the op can't be built
+(warned once; GEMMFORGE_TORCH_OP=0 never tries), the Python Kernel runs.
 
     from gemmforge.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 CUDA tensors
@@ -21,6 +23,11 @@ import warnings
 from gemmforge.compiler.runtime import Kernel
 from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
 
+OP_HOST_BOUND_FLOPS = 1e9
+"""Below this (2mnk), a call is mostly host time: the Python path of a kernel without a C
+launch entry costs ~20 us more than the op's (benchmarks/README.md, op_call_gpu.py), more
+than the ~5 % a Triton winner's kernel gains there, so the op runs the best program that
+has one instead."""
 _kernels: dict[tuple, Kernel] = {}
 _TORCH = "torch.matmul"  # a route: the shape's kernel could not be built, torch.matmul serves it
 _routes: dict[tuple, object] = {}  # (m, n, k, layout, device) -> None (the op runs it), a
@@ -142,5 +149,28 @@ def _register(key: tuple):
         route = _routes[key] = _TORCH
         return route
     route = None if register(m, n, k, layout, device, kernel) else kernel
+    if route is not None and problem.flops < OP_HOST_BOUND_FLOPS:
+        alternative = _launchable_alternative(problem, device, kernel)
+        if alternative is not None and register(m, n, k, layout, device, alternative):
+            route = None
     _routes[key] = route
     return route
+
+
+def _launchable_alternative(problem: Problem, device: int, kernel: Kernel) -> Kernel | None:
+    """For a problem whose kernel has no C launch entry (Triton): the program resolved
+    without that kernel's backend (a nearby shape's cuda_wgmma winner, else the
+    heuristic's), built and loaded, or None if it can't be."""
+    import torch
+    from gemmforge.backends.pipeline import compile, load
+    from gemmforge.compiler.values import BuildError, Target
+    from gemmforge.ir.text import parse
+    from gemmforge.search.choice import resolve
+    major, minor = torch.cuda.get_device_capability(device)
+    sm = major * 10 + minor
+    try:
+        choice = resolve(problem, _arch_of(sm), device_class_of(device),
+                         exclude=frozenset({parse(kernel.artifact.program_text).backend}))
+        return load(compile(choice.program, problem, Target(device_sm=sm)))
+    except (BuildError, ValueError, OSError):
+        return None

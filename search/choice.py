@@ -76,17 +76,25 @@ class Choice:
 
 def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
             tuned_url: str | None = None, shipped_path=None, use_tuned: bool = True,
-            max_distance: float = MAX_DISTANCE) -> Choice:
+            max_distance: float = MAX_DISTANCE, exclude: frozenset = frozenset()) -> Choice:
     """The program for `problem` on a device of `device_class` (None: no measured source
-    applies) running `arch` programs, with its provenance (see the module doc)."""
+    applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
+    backends whose programs may not serve (the torch op asks for one with a C launch entry)."""
     classes = lookup_classes(device_class) if device_class else ()
     found = [*(_tuned(problem, arch, classes, max_distance, tuned_url) if use_tuned else []),
-             *_shipped(problem, arch, classes, max_distance, shipped_path)]
+             *_shipped(problem, arch, classes, max_distance, shipped_path, exclude)]
+    found = [c for c in found if c.program.backend not in exclude]
     if found:
         return min(found, key=lambda c: (c.distance, classes.index(c.device_class),
                                          SOURCES.index(c.source), -(c.speedup or 0.0)))
-    from gemmforge.policy.heuristic import default_program
-    return Choice(default_program(problem, arch), "heuristic")
+    from gemmforge.policy.heuristic import PREFERRED, default_program
+    for backend in [b for b in PREFERRED[arch] if b not in exclude] if exclude else [None]:
+        try:
+            return Choice(default_program(problem, arch, backend), "heuristic")
+        except ValueError:
+            continue
+    raise ValueError(f"no legal program for {problem} on {arch.value} outside "
+                     f"{', '.join(sorted(exclude))}")
 
 
 def usable(program: Program, problem: Problem) -> bool:
@@ -113,9 +121,9 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
     return out
 
 
-def _shipped(problem, arch, classes, limit, path) -> list[Choice]:
-    """Legal candidates from the shipped file: per class its exact row if that is legal,
-    else its rows within `limit`."""
+def _shipped(problem, arch, classes, limit, path, exclude=frozenset()) -> list[Choice]:
+    """Legal candidates from the shipped file: per class its exact row if that is legal
+    (and not of an `exclude`d backend), else its rows within `limit`."""
     from gemmforge.search.shipped import shipped
     book = shipped(path)
     out = []
@@ -124,7 +132,8 @@ def _shipped(problem, arch, classes, limit, path) -> list[Choice]:
         for rows in ([exact] if exact is not None else [], book.group(cls, problem)):
             for row in rows:
                 d = distance(problem, row.problem)
-                if d <= limit and row.program.arch == arch and usable(row.program, problem):
+                if (d <= limit and row.program.arch == arch
+                        and row.program.backend not in exclude and usable(row.program, problem)):
                     out.append(Choice(row.program, "shipped", d, row.problem, cls, row.speedup,
                                       row.measured.get("command", "")))
             if out and out[-1].device_class == cls and out[-1].distance == 0.0:

@@ -207,3 +207,45 @@ def test_a_shape_whose_kernel_cant_be_built_goes_to_torch_matmul(monkeypatch):
     with pytest.warns(UserWarning, match="no kernel for 8x4x16 nn f32: nvcc exited with 1"):
         assert ops._register(key) == ops._TORCH
     assert ops._routes[key] == ops._TORCH
+
+
+def test_a_small_shape_without_a_c_entry_runs_another_backends_program_on_the_op(monkeypatch):
+    """Below OP_HOST_BOUND_FLOPS a Triton kernel (no C launch entry) is swapped for the
+    program resolved without Triton, registered with the op; above it, or when no such
+    program builds, the Python Kernel serves."""
+    from gemmforge import torch_op as op_module
+
+    class Fake:
+        def __init__(self, text, entry):
+            self.artifact = type("A", (), {"program_text": text})()
+            self.entry = entry
+    triton = Fake("triton sm_90a 64x32x64 w2x2 s6 swnone row/8 pred k1 dp c1x1 nows direct", False)
+    wgmma = Fake("cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct", True)
+    registered = []
+
+    def register(m, n, k, layout, device, kernel):
+        if kernel.entry:
+            registered.append((m, n, k, kernel.artifact.program_text))
+        return kernel.entry
+    monkeypatch.setattr(op_module, "register", register)
+    monkeypatch.setattr(ops, "kernel_for", lambda problem, device: triton)
+    monkeypatch.setattr(ops, "_launchable_alternative", lambda problem, device, kernel: wgmma)
+    monkeypatch.setattr(ops, "_routes", {})
+    assert ops._register((64, 128, 64, "nn", 0)) is None  # the op runs wgmma
+    assert registered == [(64, 128, 64, wgmma.artifact.program_text)]
+    big = (4096, 4096, 4096, "nn", 0)
+    assert ops._register(big) is triton and len(registered) == 1
+    monkeypatch.setattr(ops, "_launchable_alternative", lambda problem, device, kernel: None)
+    assert ops._register((64, 64, 128, "nn", 0)) is triton
+
+
+def test_resolve_can_leave_a_backend_out():
+    from gemmforge.ir.program import Arch, Problem
+    from gemmforge.search.choice import resolve
+    small = Problem(64, 128, 64)
+    assert resolve(small, Arch.SM90A, "h100").program.backend == "triton"  # what ships
+    other = resolve(small, Arch.SM90A, "h100", exclude=frozenset({"triton"}))
+    assert other.program.backend != "triton" and other.source == "shipped"
+    assert other.distance > 0  # a neighbour's winner: the exact row is Triton's
+    alone = resolve(Problem(3, 5, 7), Arch.SM90A, None, exclude=frozenset({"triton"}))
+    assert alone.source == "heuristic" and alone.program.backend == "cuda_wgmma"

@@ -113,16 +113,36 @@ def test_what_the_op_cant_serve_goes_to_torch_matmul(torch, case, capfd):
     assert "torch.matmul serves it" in capfd.readouterr().err or case == "batched"
 
 
-def test_a_triton_kernel_stays_a_python_kernel(torch, monkeypatch):
-    """A program without a C launch entry (Triton) runs through its Python Kernel."""
+def _triton_chosen(monkeypatch):
     pytest.importorskip("triton")
-    import gemmforge
     from gemmforge import ops
     from gemmforge.ir import parse
     from gemmforge.search.choice import Choice
     program = parse("triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct")
     monkeypatch.setattr(ops, "choice_for", lambda *args: Choice(program, "heuristic"))
+    return ops
+
+
+def test_a_triton_kernel_stays_a_python_kernel(torch, monkeypatch):
+    """Above OP_HOST_BOUND_FLOPS a program without a C launch entry (Triton) runs through
+    its Python Kernel."""
+    import gemmforge
+    ops = _triton_chosen(monkeypatch)
+    monkeypatch.setattr(ops, "OP_HOST_BOUND_FLOPS", 0)
     a, b, _ = operands(200, 136, 72, "nn")
     _check(torch, gemmforge.matmul(a, b), a, b)
     assert torch.ops.gemmforge._registered(200, 136, 72, 0, 0) == ""
     assert ops._routes[(200, 136, 72, "nn", 0)] is not None
+
+
+def test_a_small_triton_shape_runs_another_backends_program_on_the_op(torch, monkeypatch):
+    """Below OP_HOST_BOUND_FLOPS the op registers the program resolved without Triton (a
+    neighbour's cuda_wgmma winner or the heuristic's) and runs it."""
+    import gemmforge
+    ops = _triton_chosen(monkeypatch)
+    a, b, _ = operands(208, 136, 72, "nn")
+    _check(torch, gemmforge.matmul(a, b), a, b)
+    registered = torch.ops.gemmforge._registered(208, 136, 72, 0, 0)
+    assert registered and not registered.startswith("triton")
+    assert ops._routes[(208, 136, 72, "nn", 0)] is None
+    _check(torch, gemmforge.matmul(a, b), a, b)  # the second call: the op's table
