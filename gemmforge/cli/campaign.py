@@ -67,9 +67,9 @@ def incumbents_from(options: dict, device: str) -> dict:
     if cls is None:
         raise UsageError(f"--incumbents shipped: the device {device!r} has no device class")
     out: dict = {}
-    for source in reversed(lookup_classes(cls)):  # own class last: it wins
+    for lookup in reversed(lookup_classes(cls)):  # own class last: it wins
         out.update({row.problem: row.program_text for row in shipped().rows
-                    if row.device_class == source})
+                    if row.device_class == lookup})
     return out
 
 
