@@ -2,10 +2,14 @@
 
     with FakeLLM("http500") as server:
         main(["tune", ..., "--policy", "llm", "--llm-url", server.url])
+    with FakeLLM("texts", texts=["reply 1", "reply 2"]) as server:   # canned replies
+        ...; path, body = server.requests[0]
 
-Modes: ok (every choice a reply holding `program`), not_json, wrong_schema, http500, drop
-(the connection closes with no reply), non_object_choices (`choices` holds a number, null
-and a list), stall (answers after STALL_S seconds). GET /v1/models lists one model.
+Modes: ok (every choice a reply holding `program`), texts (the first n of `texts`, one a
+choice), not_json, wrong_schema, http500, drop (the connection closes with no reply),
+non_object_choices (`choices` holds a number, null and a list), stall (answers after
+STALL_S seconds). GET /v1/models lists one model, MODEL. A choice carries its text both
+as a chat `message` and as a completion's `text`, so either endpoint reads it.
 """
 from __future__ import annotations
 
@@ -14,19 +18,23 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ("ok", "not_json", "wrong_schema", "http500", "drop", "non_object_choices", "stall")
+MODES = ("ok", "texts", "not_json", "wrong_schema", "http500", "drop", "non_object_choices", "stall")
 STALL_S = 3.0
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+MODEL = "fake"
 
 
 class FakeLLM:
-    """Serves `mode` on 127.0.0.1 (a free port) until closed; `requests` counts POSTs.
-    `program_json`: the Program JSON an "ok" reply carries."""
+    """Serves `mode` on 127.0.0.1 (a free port) until closed; `requests` holds the
+    (path, JSON body) of each POST. `program_json`: the Program JSON an "ok" reply
+    carries; `texts`: the replies of the "texts" mode."""
 
-    def __init__(self, mode: str, program_json: dict | None = None):
+    def __init__(self, mode: str, program_json: dict | None = None,
+                 texts: list[str] = ()):
         if mode not in MODES:
             raise ValueError(f"mode: {mode!r} is not one of {MODES}")
-        self.mode, self.program_json, self.requests = mode, program_json, 0
+        self.mode, self.program_json, self.texts = mode, program_json, list(texts)
+        self.requests: list[tuple[str, dict]] = []
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -35,11 +43,13 @@ class FakeLLM:
     def choices(self, n: int) -> list:
         if self.mode == "non_object_choices":
             return [5, None, [1]]
+        if self.mode == "texts":
+            return [_choice(t) for t in self.texts[:n]]
         text = {"ok": json.dumps({"analysis": "ok", "program": self.program_json}),
                 "not_json": "this is not JSON",
                 "wrong_schema": json.dumps({"analysis": "x", "program": {"backend": "nope"}}),
                 }.get(self.mode, "{}")
-        return [{"message": {"role": "assistant", "content": text}, "text": text}] * n
+        return [_choice(text)] * n
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -50,6 +60,10 @@ class FakeLLM:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _choice(text: str) -> dict:
+    return {"message": {"role": "assistant", "content": text}, "text": text}
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -74,11 +88,11 @@ def _handler(server: FakeLLM):
             self.wfile.write(data)
 
         def do_GET(self):
-            self._send(200, {"data": [{"id": "fake"}]})
+            self._send(200, {"data": [{"id": MODEL}]})
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            server.requests += 1
+            server.requests.append((self.path, body))
             if server.mode == "drop":
                 self.close_connection = True
                 return

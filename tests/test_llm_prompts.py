@@ -3,8 +3,6 @@ loop with a canned sampler, and the OpenAI-compatible client against a fake serv
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import jsonschema
 import pytest
@@ -16,6 +14,8 @@ from gemmforge.policy.lineage import Lineage
 from gemmforge.policy.llm import LLMPolicy, from_cli, parse_reply, reply_schema
 from gemmforge.policy.prompts import FAILED_REWARD, PromptConfig, build_prompt, pick_examples
 from gemmforge.policy.samplers import OpenAISampler, SamplerError, VLLMSampler
+
+from fake_llm import DEAD_URL, MODEL, FakeLLM  # tests/fake_llm.py
 
 PROBLEM = parse_problem("1000x4096x333 nn f32")
 ARCH = Arch.SM90A
@@ -229,52 +229,13 @@ def test_from_cli_picks_the_sampler(tmp_path):
 
 # -- the OpenAI-compatible path, against a fake server on 127.0.0.1 ----------------------
 
-class FakeServer:
-    """A tiny /v1 server: lists one model and answers completions with canned texts."""
-
-    def __init__(self, texts, status=200):
-        self.texts, self.status, self.requests = texts, status, []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._send(200, {"data": [{"id": "smollm2"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append((self.path, body))
-                key = "message" if self.path.endswith("chat/completions") else "text"
-                choices = [({key: {"role": "assistant", "content": t}} if key == "message"
-                            else {key: t}) for t in fake.texts[:body["n"]]]
-                self._send(fake.status, {"choices": choices} if fake.status == 200
-                           else {"error": "boom"})
-
-        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server():
+    """start(texts) -> a tests/fake_llm.FakeLLM answering `texts`, closed after the test."""
     servers = []
 
-    def start(texts, status=200):
-        servers.append(FakeServer(texts, status))
+    def start(texts):
+        servers.append(FakeLLM("texts", texts=texts))
         return servers[-1]
     yield start
     for s in servers:
@@ -287,7 +248,7 @@ def test_chat_requests_carry_the_json_schema_response_format(server):
     policy = LLMPolicy(url=fake.url, temperature=0.5, max_tokens=300, seed=3)
     assert policy.propose(PROBLEM, ARCH, n=1) == [program]
     path, body = fake.requests[0]
-    assert path == "/v1/chat/completions" and body["model"] == "smollm2"
+    assert path == "/v1/chat/completions" and body["model"] == MODEL
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["schema"] == reply_schema(PROBLEM, ARCH)
     assert body["response_format"]["json_schema"]["name"]
@@ -308,13 +269,13 @@ def test_completions_endpoint_sends_the_prompt_text(server):
     assert body["response_format"]["json_schema"]["schema"] == reply_schema(PROBLEM, ARCH)
 
 
-def test_an_http_error_is_a_failed_proposal(server):
-    fake = server([], status=500)
-    policy = LLMPolicy(url=fake.url, model="smollm2")
-    assert policy.propose(PROBLEM, ARCH, n=1) == []
+def test_an_http_error_is_a_failed_proposal():
+    with FakeLLM("http500") as fake:
+        policy = LLMPolicy(url=fake.url, model="smollm2")
+        assert policy.propose(PROBLEM, ARCH, n=1) == []
     assert policy.proposals[-1].reason.startswith("sampler: ") and "HTTP 500" in \
         policy.proposals[-1].reason
-    unreachable = LLMPolicy(url="http://127.0.0.1:9", model="x")  # nothing listens there
+    unreachable = LLMPolicy(url=DEAD_URL, model="x")
     assert unreachable.propose(PROBLEM, ARCH) == []
     assert unreachable.proposals[-1].reason.startswith("sampler: ")
 
