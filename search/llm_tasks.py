@@ -17,8 +17,12 @@ legal program gets FAILED_REWARD (policy.dataset.make_reward_fn), and so does a 
 the prompt already lists (`shown`): a search skips programs it has measured, so a copy
 earns nothing there either. A legal program that another completion of the same prompt
 gave first earns at most REPEAT_REWARD: a search measures it once, so the repeat adds
-nothing, but it is still legal, so it stays above a failure (this is the training's
-shaping; the ratio part is policy.reward's, unchanged).
+nothing, but it is still legal, so it stays just above a failure (this is the training's
+shaping; the ratio part is policy.reward's, unchanged). It sits near the failure, not
+halfway: a completion that repeats the group's program must pay less than one that tries
+a new program, legal or not, unless new programs are legal less than NEW_PROGRAM_BREAK_EVEN
+of the time (at WORST_REWARD / 2 the break-even was 1 in 2, and a 31-step run learned to
+write one or two programs a prompt: benchmarks/NOTES.md, issue 24).
 """
 from __future__ import annotations
 
@@ -39,8 +43,10 @@ from gemmforge.search.replay_reward import ReplayReward
 GRID = Path(__file__).with_name("data") / "grid_1000.txt"
 HELD_OUT = 30
 EXAMPLES = 4
-REPEAT_REWARD = WORST_REWARD / 2
+NEW_PROGRAM_BREAK_EVEN = 0.2
+REPEAT_REWARD = WORST_REWARD * (1 - NEW_PROGRAM_BREAK_EVEN)  # -4.0
 TEMPERATURE = 0.8  # sampling temperature in training and evaluation (LLMPolicy's default)
+GENERATIONS = 8  # completions per training prompt: the evaluation's samples per shape
 ARCH = Arch.SM90A
 CONFIG = PromptConfig(backends=("cuda_wgmma",), reply="text")
 """What the training prompts offer: one backend, the one most measured (and the fastest on

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
 from gemmforge.search.llm_tasks import (
-    TEMPERATURE, make_replay_reward_fn, make_tasks, split_shapes,
+    GENERATIONS, TEMPERATURE, make_replay_reward_fn, make_tasks, split_shapes,
 )
 from gemmforge.search.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
@@ -46,7 +46,7 @@ class TrainSettings:
     """GRPO and LoRA settings: one prompt per step, `generations` completions of it."""
 
     steps: int = 40
-    generations: int = 4
+    generations: int = GENERATIONS
     learning_rate: float = 5e-4
     lora_rank: int = 16
     max_completion_length: int = TEXT_REPLY_TOKENS

@@ -189,7 +189,9 @@ def test_lineage_and_dataset_record_which_adapter_proposed(tmp_path):
 def test_train_llm_is_a_command():
     from gemmforge.cli import build_parser
     args = build_parser().parse_args(["train-llm", "--model", "m", "--output", "o"])
-    assert args.steps >= 1 and args.generations >= 2
+    assert args.steps >= 1 and args.generations is None  # TrainSettings' default
+    from gemmforge.search.llm_train import TrainSettings
+    assert TrainSettings().generations == 8  # the evaluation's samples per shape
     tune = build_parser().parse_args(["tune", "--shapes", "64x64x64", "--policy", "llm",
                                       "--llm-model", "m", "--llm-adapter", "a"])
     assert tune.llm_adapter == "a" and tune.llm_engine == "vllm" and tune.llm_reply == "json"

@@ -16,12 +16,12 @@ import time
 
 from gemmforge.cli.common import UsageError
 
-SETTINGS = ("learning_rate", "lora_rank", "max_completion_length", "temperature",
-            "save_steps")  # left out: search.llm_train.TrainSettings' defaults
+SETTINGS = ("generations", "learning_rate", "lora_rank", "max_completion_length",
+            "temperature", "save_steps")  # left out: search.llm_train.TrainSettings' defaults
 
 
 def cmd_train_llm(args) -> int:
-    if args.steps < 1 or args.generations < 2:
+    if args.steps < 1 or (args.generations is not None and args.generations < 2):
         raise UsageError("--steps must be >= 1 and --generations >= 2 (GRPO compares a "
                          "group of completions)")
     try:
@@ -31,8 +31,7 @@ def cmd_train_llm(args) -> int:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
                          "pip install -e \".[llm-train]\"") from None
     given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
-    settings = TrainSettings(steps=args.steps, generations=args.generations,
-                             per_problem=args.per_problem, seed=args.seed, **given)
+    settings = TrainSettings(steps=args.steps, per_problem=args.per_problem, seed=args.seed, **given)
     start = time.perf_counter()
     adapter = train(args.model, args.output, settings, device=args.device)
     print(f"trained to step {args.steps} in {time.perf_counter() - start:.0f} s; "
@@ -48,7 +47,9 @@ def add_to(sub) -> None:
                                                    "steps.csv); resumed if it has checkpoints")
     t.add_argument("--steps", type=int, default=40, help="optimizer steps (in total, "
                                                          "counting a resumed run's)")
-    t.add_argument("--generations", type=int, default=4, help="completions per prompt")
+    t.add_argument("--generations", type=int,
+                   help="completions per prompt (default 8, the evaluation's samples per shape: "
+                        "the in-group repeat penalty then sees what the evaluation counts)")
     t.add_argument("--learning-rate", type=float, help="default 5e-4")
     t.add_argument("--lora-rank", type=int, help="default 16")
     t.add_argument("--max-completion-length", type=int,
