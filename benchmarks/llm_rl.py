@@ -142,7 +142,7 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     ax.plot(steps, rewards, ".", alpha=0.5, label="mean reward of the step's completions")
     ax.plot(steps, moving_mean(rewards, CURVE_WINDOW), "-",
             label=f"its mean over {CURVE_WINDOW} steps")
-    ax.set_xlabel("GRPO step (4 completions of one prompt each)")
+    ax.set_xlabel("GRPO step (one prompt, its group of completions)")
     ax.set_ylabel("mean replayed reward (log cuBLAS/kernel; -5 illegal)")
     ax2 = ax.twinx()
     ax2.plot(steps, [float(r["legal_fraction"]) for r in rows], "g.--", alpha=0.6,
