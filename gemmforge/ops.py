@@ -70,13 +70,17 @@ def kernel_for(problem: Problem, device_index: int) -> Kernel:
     with _lock:
         kernel = _kernels.get(key)
         if kernel is None:
-            from gemmforge.compiler.values import Target
-            from gemmforge.backends.pipeline import compile, load
             sm = major * 10 + minor
             program = program_for(problem, _arch_of(sm), device_class_of(device_index))
-            kernel = load(compile(program, problem, Target(device_sm=sm)))
-            _kernels[key] = kernel
+            kernel = _kernels[key] = _build(program, problem, sm)
     return kernel
+
+
+def _build(program: Program, problem: Problem, sm: int) -> Kernel:
+    """`program` compiled for a device of compute capability `sm` (artifact cache) and loaded."""
+    from gemmforge.backends.pipeline import compile, load
+    from gemmforge.compiler.values import Target
+    return load(compile(program, problem, Target(device_sm=sm)))
 
 
 def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
@@ -162,8 +166,7 @@ def _launchable_alternative(problem: Problem, device: int, kernel: Kernel) -> Ke
     without that kernel's backend (a nearby shape's cuda_wgmma winner, else the
     heuristic's), built and loaded, or None if it can't be."""
     import torch
-    from gemmforge.backends.pipeline import compile, load
-    from gemmforge.compiler.values import BuildError, Target
+    from gemmforge.compiler.values import BuildError
     from gemmforge.ir.text import parse
     from gemmforge.search.choice import resolve
     major, minor = torch.cuda.get_device_capability(device)
@@ -171,6 +174,6 @@ def _launchable_alternative(problem: Problem, device: int, kernel: Kernel) -> Ke
     try:
         choice = resolve(problem, _arch_of(sm), device_class_of(device),
                          exclude=frozenset({parse(kernel.artifact.program_text).backend}))
-        return load(compile(choice.program, problem, Target(device_sm=sm)))
+        return _build(choice.program, problem, sm)
     except (BuildError, ValueError, OSError):
         return None
