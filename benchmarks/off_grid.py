@@ -7,8 +7,8 @@ file's nearest shape, search.choice) against what tuning that shape itself finds
         [--report-dir DIR] [--name off_grid_h100] [--tuned [URL]]
 
 Per shape of the campaign in --storage: `resolved` is search.choice.resolve's program for
-this GPU's device class from the shipped file alone (a nearest shipped shape within one
-octave, else the heuristic's; with `--tuned`, the user's tuned database at URL, default the
+this GPU's device class from the shipped file alone (a shipped neighbour within one octave
+picked by the wave rule, search.waves, else the heuristic's; with `--tuned`, the user's tuned database at URL, default the
 tuner's storage, comes first, as `matmul` reads it: so after `gemmforge tune --quick` the
 quick tune's winners are measured against the campaign's), `tuned` the
 campaign's confirmed winner there. Both are timed again in one fresh group beside cuBLAS

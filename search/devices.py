@@ -32,6 +32,10 @@ SIBLINGS: dict[str, tuple[str, ...]] = {
 programs are the next best evidence when a device's own class has none for a shape; they
 differ in memory bandwidth, which moves the best program only for memory-bound shapes."""
 
+MULTIPROCESSORS: dict[str, int] = {"h100": 132, "h200": 132, "gh200": 132, "a100": 108}
+"""Streaming multiprocessors per class (SXM boards): the wave size of a grid of CTAs, which
+search.waves uses to judge a neighbour's program at another shape."""
+
 DEFAULT_CLASS: dict[Arch, str] = {Arch.SM90A: "h100", Arch.SM80: "a100"}
 """The class `gemmforge emit` looks up for an arch when no GPU or --device-class says."""
 
@@ -62,3 +66,8 @@ def check_class(cls: str) -> str:
     if not value or not re.fullmatch(r"[a-z0-9-]+", value) or value in NOT_REAL:
         raise ValueError(f"device class: {cls!r} is not a GPU class such as h100, h200 or a100")
     return value
+
+
+def multiprocessors(cls: str | None) -> int | None:
+    """The SM count of a device class (MULTIPROCESSORS), None for a class not listed."""
+    return MULTIPROCESSORS.get(cls) if cls else None
