@@ -91,11 +91,13 @@ def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE) -
 
 
 def fractions(readings: dict, picks: dict) -> dict:
-    """{problem: fraction of the best recorded ratio, or None where the pick was untimed}."""
+    """{problem: fraction of the best recorded ratio, or None where the pick was untimed
+    (or nothing there measured ok)}."""
     out = {}
     for p, text in picks.items():
         timed = readings[p]
-        out[p] = timed[text] / max(timed.values()) if text in timed else None
+        best = max(timed.values(), default=0.0)
+        out[p] = timed[text] / best if text in timed and best > 0 else None
     return out
 
 
