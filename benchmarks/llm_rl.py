@@ -1,14 +1,18 @@
 """Evaluate the LLM policy before and after GRPO, and random legal sampling, on held-out shapes.
 
     python benchmarks/llm_rl.py --model .venv/models/smollm2-135m --run runs/llm-rl \\
-        [--shapes 30] [--samples 8] [--stages base,trained,random]
+        [--shapes 30] [--samples 8] [--stages base,trained,trained_grammar,random]
 
 For each of the held-out grid shapes of search.llm_tasks.split_shapes (never in training:
 not prompted, not in the training reward model), one contrastive prompt (the same for
 every stage), `--samples` completions per stage, each parsed and verified
 (policy.llm.parse_reply) and scored by the replay reward with every measurement (the
 held-out shapes' own included: replayed where the GPU measured the program, estimated
-otherwise). `random` draws `--samples` legal programs from ir.space (sm_90a) instead.
+otherwise). `base` and `trained` sample freely; `base_grammar` and `trained_grammar`
+sample the same models with every token constrained to ir.grammar's program text
+(policy.constrained: how train-llm and `tune --policy llm --llm-reply text` sample since
+the sixteenth session); each completion is counted as it came, none resampled. `random`
+draws `--samples` legal programs from ir.space (sm_90a) instead.
 
 Writes, under --out (default benchmarks/results; a stage evaluated again replaces its rows,
 the other stages' rows stay):
@@ -19,7 +23,8 @@ the other stages' rows stay):
                       the best measured program), estimated_fraction, seconds_per_shape
   llm_rl_shapes.csv   one row per (stage, shape)
   llm_rl_curve.png    mean reward and legal fraction against training step (RUN/steps.csv)
-and, for the trained stage, --proposals (default benchmarks/programs/llm_rl_proposals.txt):
+and, for the trained_grammar stage (else the trained one), --proposals (default
+benchmarks/programs/llm_rl_proposals.txt):
 each held-out shape's distinct legal proposals, a `# shape MxNxK nn f32` line before
 them, for a live measurement on the GPU (benchmarks/README.md, llm_rl, has the command).
 """
@@ -55,11 +60,14 @@ def _prompt(row: dict) -> Prompt:
     return Prompt(system, user, reply_prefix=row["reply_prefix"])
 
 
-def llm_programs(sampler, row: dict, problem, samples: int, max_tokens: int) -> list:
+def llm_programs(sampler, row: dict, problem, samples: int, max_tokens: int,
+                 grammar=None) -> list:
     """The programs of `samples` one-line replies (None where a reply gave no legal one),
-    sampled as train-llm samples: the compact prompt, its reply prefix, TEMPERATURE."""
+    sampled as train-llm samples: the compact prompt, its reply prefix, TEMPERATURE, and,
+    with `grammar`, every token constrained to it."""
+    extra = {"grammar": grammar} if grammar is not None else {}
     texts = sampler.sample(_prompt(row), None, samples, temperature=TEMPERATURE,
-                           max_tokens=max_tokens, seed=EVAL_SEED)
+                           max_tokens=max_tokens, seed=EVAL_SEED, **extra)
     return [parse_reply(t, problem, ARCH).program for t in texts]
 
 
@@ -97,9 +105,12 @@ def stage_row(stage: str, rows: list[dict], samples: int, seconds: float,
             "adapter": adapter}
 
 
+GRAMMAR_SUFFIX = "_grammar"
+
+
 def _sampler(stage: str, args):
     from gemmforge.policy.samplers import TransformersSampler
-    adapter = Path(args.run) / "adapter" if stage == "trained" else None
+    adapter = Path(args.run) / "adapter" if stage.startswith("trained") else None
     return TransformersSampler(args.model, adapter=adapter)
 
 
@@ -107,7 +118,9 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
     """(stage row, shape rows) for one stage."""
     from gemmforge.ir.text import parse_problem
     from gemmforge.policy.samplers import adapter_id
+    from gemmforge.ir.grammar import grammar
     sampler = None if stage == "random" else _sampler(stage, args)
+    rules = grammar(task_backend(tasks), ARCH) if stage.endswith(GRAMMAR_SUFFIX) else None
     rng = random.Random(EVAL_SEED)
     rows, start = [], time.perf_counter()
     for task in tasks:
@@ -115,12 +128,19 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
         if sampler is None:
             programs = random_programs(problem, args.samples, rng)
         else:
-            programs = llm_programs(sampler, task, problem, args.samples, args.max_tokens)
+            programs = llm_programs(sampler, task, problem, args.samples, args.max_tokens,
+                                    rules)
         rows.append(shape_row(stage, problem, programs, model))
         print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, best "
               f"{rows[-1]['best_ratio']:.3f}", flush=True)
     adapter = adapter_id(sampler.adapter) if sampler is not None and sampler.adapter else ""
     return stage_row(stage, rows, args.samples, time.perf_counter() - start, adapter), rows
+
+
+def task_backend(tasks: list[dict]) -> str:
+    """The one backend the tasks' reply prefix names (search.llm_tasks.CONFIG)."""
+    (backend,) = {t["reply_prefix"].split()[0] for t in tasks}
+    return backend
 
 
 def moving_mean(values: list[float], window: int) -> list[float]:
@@ -155,10 +175,10 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def write_proposals(path: Path, rows: list[dict], adapter: str) -> None:
+def write_proposals(path: Path, rows: list[dict], adapter: str, stage: str = "trained") -> None:
     """Each shape's distinct legal proposals under a `# shape PROBLEM` line."""
-    lines = [f"# trained policy's proposals (adapter {adapter}) on the held-out shapes, "
-             f"from benchmarks/llm_rl.py; program text, one a line"]
+    lines = [f"# trained policy's proposals (adapter {adapter}, stage {stage}) on the "
+             f"held-out shapes, from benchmarks/llm_rl.py; program text, one a line"]
     for row in rows:
         lines.append(f"# shape {row['problem']}")
         lines.extend(row["programs"])
@@ -190,7 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=TEXT_REPLY_TOKENS,
                     help="as train-llm's completion limit")
-    ap.add_argument("--stages", default="base,trained,random")
+    ap.add_argument("--stages", default="base,trained,trained_grammar,random",
+                    help="of base, trained, base_grammar, trained_grammar, random")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--proposals", type=Path,
                     default=Path(__file__).parent / "programs" / "llm_rl_proposals.txt")
@@ -200,10 +221,12 @@ def main(argv=None) -> int:
     held = split.held_out[:: max(1, len(split.held_out) // args.shapes)][:args.shapes]
     tasks = make_tasks(held, ReplayReward(exclude=split.held_out), seed=EVAL_SEED)
     stages, shapes, done = [], [], set()
-    for stage in args.stages.split(","):
+    order = args.stages.split(",")
+    proposing = "trained_grammar" if "trained_grammar" in order else "trained"
+    for stage in order:
         row, rows = evaluate_stage(stage, tasks, full, args)
-        if stage == "trained":
-            write_proposals(args.proposals, rows, row["adapter"])
+        if stage == proposing:
+            write_proposals(args.proposals, rows, row["adapter"], stage)
         stages.append(row)
         shapes.extend(rows)
         done.add(stage)

@@ -7,13 +7,14 @@ it lists exactly the values the IR accepts.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
 
 from gemmforge.ir.program import (
-    MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
-    TILE_LIMITS,
+    DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
+    TILE_EXTRAS, TILE_LIMITS,
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder, Reduction,
     Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
@@ -144,6 +145,51 @@ def program_schema(backends: list[str] | None = None) -> dict:
             "pdl": {"type": "boolean"},
         }, optional=("l2_hint", "swap_ab", "pdl")),
     }
+    return schema
+
+
+def _value_schema(values: list) -> dict:
+    """A schema that accepts exactly these JSON values (scalars or flat objects)."""
+    def one(v) -> dict:
+        if isinstance(v, dict):
+            return {"type": "object", "properties": {k: {"const": x} for k, x in v.items()},
+                    "required": list(v), "additionalProperties": False}
+        return {"const": v}
+    if all(not isinstance(v, dict) for v in values):
+        return {"enum": values}
+    return one(values[0]) if len(values) == 1 else {"anyOf": [one(v) for v in values]}
+
+
+def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
+    """The Program JSON schema narrowed to one backend, `arch` and problem class (layout
+    and accumulator; nn, f32 by default): the backend's name, the arch, and per field the
+    values ir.grammar.field_domains keeps (the IR's values less those the backend or
+    ir.verify rules out on the field alone: cuda_wgmma's swizzle is 128B only, swap_ab
+    needs layout nt, ...). Cross-field rules (shared memory, registers, a warp layout
+    for a warp specialization) are ir.grammar's viability search, for the text form,
+    and ir.verify's; a JSON Schema can't state them short of listing programs."""
+    from gemmforge.ir import capabilities
+    from gemmforge.ir.grammar import field_domains, ir_values
+    from gemmforge.ir.program import Accum, Layout
+    domains = field_domains(backend, arch, layout or Layout.NN, acc or Accum.F32)
+    be = capabilities.table.get(backend)
+    every = ir_values(be, arch)
+    schema = copy.deepcopy(program_schema([backend]))
+    for key in ("$schema", "$id", "title", "description"):
+        schema.pop(key, None)
+    props = schema["properties"]
+    props["backend"], props["arch"] = {"const": backend}, {"const": arch.value}
+    tiles = domains["tile"]
+    for side in ("bm", "bn", "bk"):
+        props["tile"]["properties"][side] = {"enum": sorted({getattr(t, side) for t in tiles})}
+    props["stages"]["maximum"] = max(domains["stages"])
+    for fld in ("swizzle", "padding", "split_k", "schedule", "cluster", "warp_spec",
+                "epilogue", "l2_hint", "swap_ab", "pdl"):
+        if fld not in be.allowed and set(domains[fld]) == set(every[fld]):
+            continue  # nothing narrowed: the IR's own (shorter) form stays
+        values = {json.dumps(v, sort_keys=True): v for v in
+                  (to_json(DEFAULTS.replace(**{fld: x}))[fld] for x in domains[fld])}
+        props[fld] = _value_schema([values[k] for k in sorted(values)])
     return schema
 
 

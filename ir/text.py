@@ -64,6 +64,12 @@ _FIELD_TEXT = {
 }
 
 
+def field_token(name: str, value) -> str:
+    """The token of one field's value in the text form ("" for an optional field at its
+    default, which the text leaves out)."""
+    return _FIELD_TEXT[name](value)
+
+
 def field_text(name: str, value) -> str:
     """The text token of one Program field's value (as it appears in the text form; an
     optional field left out at its default is named 'none', 'noswap' or 'nopdl')."""

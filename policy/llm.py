@@ -20,8 +20,11 @@ too, for servers that ignore the schema.
 
 With PromptConfig(reply="text") (`gemmforge tune --llm-reply text`, what `gemmforge
 train-llm` trains on) the prompt is the compact one (policy.prompts.compact_prompt) and a
-reply is one line of program text, unconstrained, stopped at its newline, started with
-the prompt's reply prefix where one backend is offered.
+reply is one line of program text, stopped at its newline, started with the prompt's
+reply prefix where one backend is offered. With that prefix and the transformers
+engine, every token is constrained to ir.grammar's program text for the backend and the
+problem's class (policy.constrained), as train-llm samples; vLLM and servers sample
+text replies unconstrained.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
-from gemmforge.ir.schema import program_schema, to_json
+from gemmforge.ir.schema import backend_schema
 from gemmforge.policy.dataset import DatasetWriter, make_row
 from gemmforge.policy.lineage import Lineage
 from gemmforge.policy.prompts import (
@@ -54,30 +57,10 @@ REASON_CHARS = 240  # of a failure reason, in the notices and report()
 SEED_STRIDE = 1 << 16  # more samples than one request ever asks for
 
 
-def _value_schema(values: list) -> dict:
-    """A schema that accepts exactly these JSON values (scalars or flat objects)."""
-    def one(v) -> dict:
-        if isinstance(v, dict):
-            return {"type": "object", "properties": {k: {"const": x} for k, x in v.items()},
-                    "required": list(v), "additionalProperties": False}
-        return {"const": v}
-    if all(not isinstance(v, dict) for v in values):
-        return {"enum": values}
-    return one(values[0]) if len(values) == 1 else {"anyOf": [one(v) for v in values]}
-
-
-def backend_program_schema(be, arch: Arch) -> dict:
-    """The Program JSON schema narrowed to one backend: its name, `arch`, and the values
-    it declares for each restricted field (its `allowed` capabilities)."""
-    schema = copy.deepcopy(program_schema([be.name]))
-    for key in ("$schema", "$id", "title", "description"):
-        schema.pop(key, None)
-    props = schema["properties"]
-    props["backend"], props["arch"] = {"const": be.name}, {"const": arch.value}
-    for fld, values in sorted(be.allowed.items()):
-        props[fld] = _value_schema(sorted((to_json(DEFAULTS.replace(**{fld: v}))[fld]
-                                           for v in values), key=json.dumps))
-    return schema
+def backend_program_schema(be, arch: Arch, problem: Problem | None = None) -> dict:
+    """The Program JSON schema narrowed to one backend, `arch` and the problem's class
+    (ir.schema.backend_schema: each field's values that the backend can make legal)."""
+    return backend_schema(be.name, arch, *((problem.layout, problem.acc) if problem else ()))
 
 
 def reply_schema(problem: Problem, arch: Arch, only: tuple[str, ...] = ()) -> dict:
@@ -85,7 +68,7 @@ def reply_schema(problem: Problem, arch: Arch, only: tuple[str, ...] = ()) -> di
     the backends usable for `problem` on `arch` (of `only`, if given)}, each narrowed by
     backend_program_schema, so only cross-field rules (divisibility, shared memory,
     registers) are left to verify."""
-    variants = [backend_program_schema(be, arch)
+    variants = [backend_program_schema(be, arch, problem)
                 for be in usable_backends(problem, arch, only)]
     if not variants:
         raise ValueError(f"no registered backend computes {problem} on {arch.value}")
@@ -164,8 +147,10 @@ class LLMPolicy:
         self.failures: dict[str, list] = {}
         self.say, self._warned = say, False
 
-    def _sample(self, prompt: Prompt, schema: dict | None, k: int) -> list[str] | str:
-        """k completions, or the sampler's failure reason as a string."""
+    def _sample(self, prompt: Prompt, schema: dict | None, k: int,
+                grammar=None) -> list[str] | str:
+        """k completions, or the sampler's failure reason as a string; `grammar` (an
+        ir.grammar.TextGrammar) goes to a sampler that takes one."""
         # vLLM seeds the i-th of n samples with seed + i: space requests far apart
         seed = None if self.seed is None else self.seed + SEED_STRIDE * self._requests
         self._requests += 1
@@ -177,8 +162,9 @@ class LLMPolicy:
         notice.daemon = True
         notice.start()
         try:
+            extra = {"grammar": grammar} if grammar is not None else {}
             return self.sampler.sample(prompt, schema, k, temperature=self.temperature,
-                                       max_tokens=self.max_tokens, seed=seed)
+                                       max_tokens=self.max_tokens, seed=seed, **extra)
         except SamplerError as e:
             return f"sampler: {e}"
         except Exception as e:  # a sampler's own bug must not end the search either
@@ -186,6 +172,16 @@ class LLMPolicy:
         finally:
             notice.cancel()
             self.sample_seconds += time.perf_counter() - start
+
+    def _text_grammar(self, prompt: Prompt, problem: Problem, arch: Arch):
+        """The grammar a text reply is sampled under: ir.grammar's, for the backend the
+        reply prefix names, where the sampler takes one (TransformersSampler); else None
+        (the reply is unconstrained, and verified like any other)."""
+        if self.config.reply != "text" or not prompt.reply_prefix or \
+                not getattr(self.sampler, "takes_grammar", False):
+            return None
+        from gemmforge.ir.grammar import grammar
+        return grammar(prompt.reply_prefix.split()[0], arch, problem.layout, problem.acc)
 
     def _measured(self, problem: Problem) -> set[Program]:
         return {p for p, _ in self.lineage.measured(str(problem))}
@@ -209,7 +205,8 @@ class LLMPolicy:
         skip = self._measured(problem)
         for _ in range(self.rounds):
             prompt = build_prompt(problem, arch, self.lineage, self.config, avoid=seen)
-            texts = self._sample(prompt, schema, (n - len(out)) * self.oversample)
+            texts = self._sample(prompt, schema, (n - len(out)) * self.oversample,
+                                 self._text_grammar(prompt, problem, arch))
             if isinstance(texts, str):
                 self._fail(Proposal(None, texts, ""), prompt, problem, arch)
                 break

@@ -4,8 +4,10 @@ JSON Schema; neither parses nor judges what comes back (policy.llm does).
 
 A third, `TransformersSampler`, runs a Hugging Face model (with a PEFT LoRA adapter, if
 given) through `transformers.generate` on any device, CPU included; it does not constrain
-replies to the schema (policy.llm checks every reply), which is how `gemmforge train-llm`
-samples, so its evaluation compares policies the way they were trained.
+JSON replies to the schema (policy.llm checks every reply), but constrains one-line text
+replies to an ir.grammar.TextGrammar when given one (policy.constrained), which is how
+`gemmforge train-llm` samples, so its evaluation compares policies the way they were
+trained.
 
 A sampler is anything with
 
@@ -225,7 +227,10 @@ class VLLMSampler:
 class TransformersSampler:
     """A Hugging Face causal LM (plus a PEFT LoRA `adapter`, if given) sampled with
     `transformers.generate`; the model loads on the first `sample()`. Replies are not
-    constrained to the schema: the policy parses and verifies each one."""
+    constrained to the schema: the policy parses and verifies each one. One-line text
+    replies may be constrained to an ir.grammar.TextGrammar (`sample(grammar=...)`)."""
+
+    takes_grammar = True
 
     def __init__(self, model_dir: str | Path, *, adapter: str | Path | None = None,
                  device: str = "cpu"):
@@ -252,8 +257,10 @@ class TransformersSampler:
         self._model = model.to(self.device).eval()
 
     def sample(self, prompt: Prompt, schema: dict, n: int, *, temperature: float = 0.8,
-               max_tokens: int = 768, seed: int | None = None) -> list[str]:
-        """`n` sampled completions of one prompt (the schema is not enforced here)."""
+               max_tokens: int = 768, seed: int | None = None, grammar=None) -> list[str]:
+        """`n` sampled completions of one prompt (the schema is not enforced here). With
+        `grammar` (an ir.grammar.TextGrammar; one-line text replies, schema None) every
+        token is constrained to it (policy.constrained)."""
         import torch
         try:
             if self._model is None:
@@ -264,6 +271,8 @@ class TransformersSampler:
             if seed is not None:
                 torch.manual_seed(seed)
             stops = {} if schema is not None else {"eos_token_id": self._line_stops()}
+            if grammar is not None and schema is None:
+                stops["logits_processor"] = self._constraint(grammar, prompt.reply_prefix)
             with torch.no_grad():
                 out = self._model.generate(
                     **ids.to(self.device), do_sample=True, temperature=temperature,
@@ -274,6 +283,13 @@ class TransformersSampler:
         start = ids["input_ids"].shape[1]
         return [prompt.reply_prefix + tok.decode(row[start:], skip_special_tokens=True)
                 for row in out]
+
+
+    def _constraint(self, grammar, reply_prefix: str):
+        from transformers import LogitsProcessorList
+        from gemmforge.policy.constrained import TextConstraint
+        return LogitsProcessorList([TextConstraint(grammar, self._tokenizer, reply_prefix,
+                                                   self._line_stops())])
 
 
 def continuation_args(reply_prefix: str) -> dict:

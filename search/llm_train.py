@@ -3,9 +3,10 @@
     gemmforge train-llm --model .venv/models/smollm2-135m --output runs/llm-rl --steps 40
 
 TRL's GRPOTrainer samples `generations` completions per prompt with transformers (any
-device; replies are not schema-constrained, they are checked: policy.replies.parse_reply
-parses each as program text and ir.verify judges it), scores each with search.llm_tasks'
-replayed reward, and updates a PEFT LoRA adapter with group-relative advantages. Prompts
+device), each token constrained to ir.grammar's program text for the prompts' backend,
+arch and problem class (policy.constrained; `grammar=False`, `--free`, samples freely);
+policy.replies.parse_reply parses each reply and ir.verify judges it, constrained or not;
+it scores each with search.llm_tasks' replayed reward, and updates a PEFT LoRA adapter with group-relative advantages. Prompts
 are policy.prompts' compact prompts (search.llm_tasks.CONFIG: one line of program text
 back, the assistant turn started with the reply prefix "cuda_wgmma sm_90a") for the
 training shapes of search.llm_tasks.split_shapes; the 30 held-out shapes are excluded
@@ -54,6 +55,7 @@ class TrainSettings:
     save_steps: int = 5
     per_problem: int = 1
     seed: int = 0
+    grammar: bool = True  # sample under ir.grammar (policy.constrained), not freely
 
 
 class StepLog:
@@ -154,6 +156,25 @@ def load_model(model_dir: str | Path):
     return model, tokenizer
 
 
+def _constrain(model, tokenizer, rows: list[dict]) -> None:
+    """Make every generate() of `model` (TRL's sampling) follow the grammar of the rows'
+    reply prefix (one backend and arch: search.llm_tasks.CONFIG) and problem class."""
+    from gemmforge.ir.grammar import grammar
+    from gemmforge.ir.program import Arch
+    from gemmforge.ir.text import parse_problem
+    from gemmforge.policy.constrained import constrain_generate
+    from gemmforge.policy.samplers import line_stop_ids
+    classes = {(r["reply_prefix"], r["arch"], parse_problem(r["problem"]).layout,
+                parse_problem(r["problem"]).acc) for r in rows}
+    if len(classes) != 1:
+        raise ValueError(f"train-llm constrains one backend, arch and problem class; the "
+                         f"prompts hold {len(classes)}")
+    ((prefix, arch, layout, acc),) = classes
+    backend = prefix.split()[0]
+    constrain_generate(model, grammar(backend, Arch(arch), layout, acc), tokenizer, prefix,
+                       line_stop_ids(tokenizer, model.generation_config))
+
+
 def lora_config(settings: TrainSettings):
     """A LoRA adapter on every linear layer of the model."""
     from peft import LoraConfig
@@ -194,6 +215,8 @@ def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = T
                           reward_funcs=_logged_reward_fn(model, log),
                           args=grpo_config(output, settings), train_dataset=Dataset.from_list(rows),
                           peft_config=lora_config(settings), callbacks=[_callback(log)])
+    if settings.grammar:
+        _constrain(trainer.model, tokenizer, rows)
     trainer.train(resume_from_checkpoint=get_last_checkpoint(str(output)))
     trainer.save_model(str(output / "adapter"))
     return output / "adapter"

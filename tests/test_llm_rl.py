@@ -257,8 +257,10 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
     assert row["programs"] == [str(a), str(b)]
     bench.write_csv(tmp_path / "shapes.csv", bench.SHAPE_FIELDS, [row])  # programs left out
     proposals = tmp_path / "proposals.txt"
-    bench.write_proposals(proposals, [row, none], "run@abc")
+    bench.write_proposals(proposals, [row, none], "run@abc", "trained_grammar")
     lines = proposals.read_text().splitlines()
+    assert "trained_grammar" in lines[0]
     assert lines[1:] == [f"# shape {PROBLEM}", str(a), str(b), f"# shape {PROBLEM}"]
     assert "run@abc" in lines[0]
     assert bench.moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert bench.task_backend([{"reply_prefix": "cuda_wgmma sm_90a"}] * 2) == "cuda_wgmma"

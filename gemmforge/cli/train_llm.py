@@ -31,7 +31,8 @@ def cmd_train_llm(args) -> int:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
                          "pip install -e \".[llm-train]\"") from None
     given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
-    settings = TrainSettings(steps=args.steps, per_problem=args.per_problem, seed=args.seed, **given)
+    settings = TrainSettings(steps=args.steps, per_problem=args.per_problem, seed=args.seed,
+                             grammar=not args.free, **given)
     start = time.perf_counter()
     adapter = train(args.model, args.output, settings, device=args.device)
     print(f"trained to step {args.steps} in {time.perf_counter() - start:.0f} s; "
@@ -62,4 +63,7 @@ def add_to(sub) -> None:
     t.add_argument("--device", default="H100", help="whose measurements are the reward "
                                                     "(a substring of the recorded device)")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--free", action="store_true",
+                   help="sample replies freely (before the sixteenth session's default: each "
+                        "token constrained to ir.grammar's program text)")
     t.set_defaults(run=cmd_train_llm)
