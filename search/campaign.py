@@ -20,8 +20,10 @@ Passes, each over every shape before the next starts:
                a winner); the winner is the best over L2 warm and cold together
                (selection_ratio); the large class (2mnk >= 1e11) is also timed in the
                sustained protocol, and there the winner is the best under sustained load. A round is stored
-               whole or not at all; it is repeated only when the contenders change.
-A shape's winner is its latest confirmation round's best ok result.
+               whole or not at all; it is repeated when the contenders change, and once
+               more when it was measured on a disturbed GPU (search.selection.disturbed:
+               its cuBLAS reading over 1.5x the shape's fastest round's).
+A shape's winner is the best ok result of its latest confirmation round that was not disturbed.
 
 Resume: the store says what is done (search.campaign_store); a killed run loses only the
 groups in flight, and nothing recorded is measured again. `max_seconds` ends a run before
@@ -38,7 +40,7 @@ from gemmforge.ir.program import Problem
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
-from gemmforge.search.selection import ok, selection_ratio
+from gemmforge.search.selection import disturbed, ok, selection_ratio
 
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
@@ -296,12 +298,21 @@ class Campaign:
             programs.append(incumbent.program)
         return programs
 
+    def confirmations(self, problem: Problem) -> tuple[dict[int, list[Result]], set[int]]:
+        """The shape's confirmation rounds ({round: results}, in round order) and which of
+        them were measured on a disturbed GPU."""
+        last = self.store.last_round(problem, "confirm") or 0
+        rounds = {n: rs for n in range(1, last + 1)
+                  if (rs := self.store.results(problem, "confirm", n))}
+        return rounds, disturbed(rounds)
+
     def winner(self, problem: Problem) -> Result | None:
-        """The best ok result of the shape's latest confirmation round, or None."""
-        last = self.store.last_round(problem, "confirm")
-        if last is None:
+        """The best ok result of the shape's latest undisturbed confirmation round, or None."""
+        rounds, bad = self.confirmations(problem)
+        clean = [n for n in rounds if n not in bad]
+        if not clean:
             return None
-        good = [r for r in self.store.results(problem, "confirm", last) if ok(r)]
+        good = [r for r in rounds[clean[-1]] if ok(r)]
         return max(good, key=lambda r: selection_ratio(problem, r), default=None)
 
     def needs_confirmation(self, problem: Problem, weak: set) -> list[str]:
@@ -312,9 +323,13 @@ class Campaign:
                 and self.settings.search_budget > 0):
             return []  # earlier passes are not through at this shape
         programs = self.contenders(problem)
-        last = self.store.last_round(problem, "confirm")
-        if last is not None and set(programs) <= {
-                r.program for r in self.store.results(problem, "confirm", last)}:
+        rounds, bad = self.confirmations(problem)
+        if not rounds:
+            return programs
+        last = max(rounds)
+        if last in bad and last - 1 not in bad:
+            return programs  # measured on a disturbed GPU: once more
+        if set(programs) <= {r.program for r in rounds[last]}:
             return []
         return programs
 

@@ -2,10 +2,12 @@
 
     selection_ratio(problem, result)   # the figure the winner maximises
     selected_by(problem, result)       # which figures that was: sustained, kernel+cold, kernel
+    disturbed(rounds)                  # confirmation rounds measured on a disturbed GPU
 """
 from __future__ import annotations
 
 import math
+import statistics
 
 from gemmforge.ir.program import Problem
 from gemmforge.search.portfolio import shape_class
@@ -35,3 +37,27 @@ def selected_by(problem: Problem, r: Result) -> str:
     if shape_class(problem) == "large" and r.sustained_speedup is not None:
         return "sustained"
     return "kernel+cold" if r.cold_speedup is not None else "kernel"
+
+
+# A confirmation round whose cuBLAS reading is this much slower than the shape's fastest
+# cuBLAS reading in any of its rounds was measured on a disturbed GPU (seen on an H100: one
+# round read cuBLAS 20.2 us and the candidates 7.8-562 us where other rounds read 3.6-3.8 us
+# and 3.3 us); its ranking says nothing about the programs.
+DISTURBED = 1.5
+
+
+def _cublas_reading(results: list[Result]) -> float | None:
+    """A round's cuBLAS kernel time: every result of one group carries the same reading."""
+    readings = [r.cublas_us for r in results if r.cublas_us]
+    return statistics.median(readings) if readings else None
+
+
+def disturbed(rounds: dict[int, list[Result]]) -> set[int]:
+    """The rounds (of one shape's confirmations, {round: results}) whose cuBLAS reading is
+    over DISTURBED x the fastest round's: what the GPU did then was not the programs' doing.
+    With fewer than two readings nothing can be told apart, and nothing is disturbed."""
+    readings = {n: c for n, rs in rounds.items() if (c := _cublas_reading(rs)) is not None}
+    if len(readings) < 2:
+        return set()
+    fastest = min(readings.values())
+    return {n for n, c in readings.items() if c > DISTURBED * fastest}

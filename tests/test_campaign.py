@@ -239,3 +239,38 @@ def test_report_fills_grid_shapes_from_the_shipped_file():
     as_csv = {**vars(result), **extra}
     assert refusal({k: "" if v is None else str(v) for k, v in as_csv.items()},
                    "h100") == "regate not passed"
+
+
+def _round(programs, cublas_us, kernel_us):
+    return [Result(p, 1024, 4096, 64, kernel_us=k, cublas_us=cublas_us, cold_us=k,
+                   cublas_cold_us=cublas_us) for p, k in zip(programs, kernel_us)]
+
+
+def test_disturbed_rounds_are_told_by_their_cublas_reading():
+    from gemmforge.search.selection import DISTURBED, disturbed
+    calm, busy = _round("ab", 3.6, (3.3, 3.4)), _round("ab", 3.6 * DISTURBED * 1.1, (7.8, 90.0))
+    assert disturbed({1: calm, 2: busy, 3: calm}) == {2}
+    assert disturbed({1: busy, 2: calm}) == {1}
+    assert disturbed({1: busy}) == set()  # one reading: nothing to compare with
+    assert disturbed({1: calm, 2: _round("ab", 3.6 * DISTURBED * 0.9, (3.3, 3.4))}) == set()
+
+
+def test_a_disturbed_confirmation_neither_picks_the_winner_nor_repeats_forever(tmp_path):
+    c = campaign(tmp_path / "c.db", tmp_path / "v.jsonl", shapes="1024x4096x64")
+    c.run()
+    p = c.problems[0]
+    champion = c.winner(p)
+    last = c.store.last_round(p, "confirm")
+    programs = c.contenders(p)
+    assert champion is not None and champion.program in programs and len(programs) >= 2
+    other = next(q for q in programs if q != champion.program)
+    # a round on a disturbed GPU: cuBLAS 5x slower, and the ranking turned over
+    slow = [Result(q, p.m, p.n, p.k, kernel_us=5.0 if q == other else 50.0,
+                   cublas_us=5 * champion.cublas_us, cold_us=5.0 if q == other else 50.0,
+                   cublas_cold_us=5 * champion.cublas_us) for q in programs]
+    c.store.record(p, "confirm", slow, round_=last + 1, done=True)
+    assert c.winner(p).program == champion.program  # the disturbed round is passed over
+    assert c.needs_confirmation(p, set()) == programs  # measured once more
+    c.store.record(p, "confirm", slow, round_=last + 2, done=True)
+    assert c.needs_confirmation(p, set()) == []  # twice disturbed: no endless retries
+    assert c.winner(p).program == champion.program
