@@ -207,8 +207,15 @@ def _small_hopper(problem: Problem) -> list[str]:
         slices = min(8, 1 << int(math.log2(max(1, SMS // tiles))))
         out.append(wg.format(tile="64x64x64", s=8, k=f"k{slices}", sched="dp", ws="coop",
                              epi="direct", swap=""))
-    tile = "64x128x64" if tiles >= SMS else "64x64x64"
-    out.append(wg.format(tile=tile, s=8, k="k1", sched="dp", ws="coop", epi="direct", swap=""))
+    wide = tiles >= SMS
+    if problem.k >= SPLIT_MIN_K and tiles >= SMS // 2:
+        # a long K over half a wave or more: 128-deep K steps halve the ring's per-step
+        # waits (the bk=128 twins of this program read 1.039x it over 48 grid shapes, 1.032x
+        # over 10 LLM layers, replayed from the sixteenth session's portfolio passes)
+        out.append(wg.format(tile="64x128x128" if wide else "64x64x128", s=4 if wide else 6,
+                             k="k1", sched="dp", ws="coop", epi="direct", swap=""))
+    out.append(wg.format(tile="64x128x64" if wide else "64x64x64", s=8, k="k1", sched="dp",
+                         ws="coop", epi="direct", swap=""))
     return out
 
 

@@ -81,7 +81,9 @@ def test_small_problems_get_the_small_hopper_forms():
     assert first("256x4096x4096 nt f32").tile.bn == 128       # 256 64x64 tiles: a wave
     for text in ("1x4096x4096 nt f32", "128x128x16384 nn f32", "333x1024x4096 nt f32"):
         program = first(text)
-        assert program.stages >= 8 and program.warp_spec.value == "cooperative"
+        # deep rings: 512 or more of K in flight (8 stages of 64, or 4-6 of 128)
+        assert program.stages * program.tile.bk >= 512
+        assert program.warp_spec.value == "cooperative"
     unaligned = first("17x33x65 nn f32")
     assert unaligned.backend == "cuda_wgmma" and unaligned.padding.value == "pad_operands"
 
@@ -98,3 +100,15 @@ def test_pdl_below_seed_flops_on_sm90a_only():
     small = parse_problem("64x64x1024")
     for program in heuristic.HeuristicPolicy("cuda_wgmma").propose(small, Arch.SM90A, 8):
         assert program.pdl == (small.flops < heuristic.SEED_MIN_FLOPS)
+
+
+def test_long_k_over_half_a_wave_takes_128_deep_k_steps():
+    """K >= 2048 and at least half a wave of 64x64 tiles: the dp seed steps K by 128 (its
+    bk=128 twin read 1.039x over 48 grid shapes); a short K keeps the 64-deep step."""
+    from gemmforge.ir.program import Arch, Layout, Problem
+    from gemmforge.policy.heuristic import default_program
+    long_k = default_program(Problem(4096, 256, 4096, Layout.NN), Arch.SM90A)
+    assert long_k.backend == "cuda_wgmma" and long_k.tile.bk == 128
+    assert long_k.tile.bm * long_k.tile.bn <= 64 * 128
+    short_k = default_program(Problem(4096, 256, 1024, Layout.NN), Arch.SM90A)
+    assert short_k.tile.bk == 64
