@@ -40,7 +40,7 @@ from gemmforge.ir.program import Problem
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
-from gemmforge.search.selection import disturbed, ok, selection_ratio
+from gemmforge.search.selection import comparable_speedup, disturbed, ok, selection_ratio
 
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
@@ -279,16 +279,18 @@ class Campaign:
     # confirm ---------------------------------------------------------------------------
     def measured_best(self, problem: Problem,
                       passes: Sequence[str] = ("portfolio", "search")) -> list[Result]:
-        """The ok results of `passes` at `problem`, best first, one per program; programs
-        that failed a confirmation (a re-gate) are left out."""
+        """The ok results of `passes` at `problem`, best first (by comparable_speedup: groups
+        whose cuBLAS read slow are not ranked above the others for it), one per program;
+        programs that failed a confirmation (a re-gate) are left out."""
         failed = {r.program for r in self.store.results(problem, "confirm") if not r.ok}
+        good = [r for name in passes for r in self.store.results(problem, name)
+                if ok(r) and r.program not in failed]
+        figure = comparable_speedup(good)
         best: dict[str, Result] = {}
-        for pass_name in passes:
-            for r in self.store.results(problem, pass_name):
-                if ok(r) and r.program not in failed and (
-                        r.program not in best or r.speedup > best[r.program].speedup):
-                    best[r.program] = r
-        return sorted(best.values(), key=lambda r: r.speedup, reverse=True)
+        for r in good:
+            if r.program not in best or figure(r) > figure(best[r.program]):
+                best[r.program] = r
+        return sorted(best.values(), key=figure, reverse=True)
 
     def contenders(self, problem: Problem) -> list[str]:
         """The confirmation's programs: the best `top`, then the last winner."""

@@ -3,11 +3,13 @@
     selection_ratio(problem, result)   # the figure the winner maximises
     selected_by(problem, result)       # which figures that was: sustained, kernel+cold, kernel
     disturbed(rounds)                  # confirmation rounds measured on a disturbed GPU
+    comparable_speedup(results)        # ranks readings of different groups against one cuBLAS
 """
 from __future__ import annotations
 
 import math
 import statistics
+from typing import Callable
 
 from gemmforge.ir.program import Problem
 from gemmforge.search.portfolio import shape_class
@@ -61,3 +63,25 @@ def disturbed(rounds: dict[int, list[Result]]) -> set[int]:
         return set()
     fastest = min(readings.values())
     return {n for n, c in readings.items() if c > DISTURBED * fastest}
+
+
+# Portfolio groups of one shape whose cuBLAS readings differ by more than this are not
+# compared by their ratios (the readings of calm groups agree within 3-5 %).
+SAME_CUBLAS = 1.25
+
+
+def comparable_speedup(results: list[Result]) -> Callable[[Result], float]:
+    """A ranking figure for readings of one shape taken in different groups (a portfolio's
+    rounds, sessions apart): the speedup, except in a group whose cuBLAS read over
+    SAME_CUBLAS x the fastest cuBLAS reading among `results` (a disturbed GPU): there the
+    program's kernel time against that fastest reading, where lower. Seen at 4096x64x4096:
+    a group whose cuBLAS read 13.1 us (8.7 elsewhere) ranked its programs at 1.03-1.04,
+    ahead of a 0.98 program from a calm group; they confirmed at 0.71."""
+    readings = [r.cublas_us for r in results if r.cublas_us]
+    fastest = min(readings, default=None)
+
+    def figure(r: Result) -> float:
+        if fastest and r.cublas_us and r.kernel_us and r.cublas_us > SAME_CUBLAS * fastest:
+            return min(r.speedup, fastest / r.kernel_us)
+        return r.speedup
+    return figure

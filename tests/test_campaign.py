@@ -274,3 +274,18 @@ def test_a_disturbed_confirmation_neither_picks_the_winner_nor_repeats_forever(t
     c.store.record(p, "confirm", slow, round_=last + 2, done=True)
     assert c.needs_confirmation(p, set()) == []  # twice disturbed: no endless retries
     assert c.winner(p).program == champion.program
+
+
+def test_a_group_whose_cublas_read_slow_does_not_outrank_a_calm_one():
+    """4096x64x4096 on an H100: programs timed beside a cuBLAS reading of 13.1 us read
+    1.03-1.04x; one timed beside 9.5 us read 0.98x, and was the faster kernel."""
+    from gemmforge.search.selection import comparable_speedup
+    slow_group = Result("old", 4096, 64, 4096, kernel_us=12.6, cublas_us=13.1)
+    calm_group = Result("new", 4096, 64, 4096, kernel_us=9.7, cublas_us=9.5)
+    figure = comparable_speedup([slow_group, calm_group])
+    assert slow_group.speedup > calm_group.speedup
+    assert figure(calm_group) == calm_group.speedup
+    assert figure(calm_group) > figure(slow_group) == 9.5 / 12.6
+    # readings within SAME_CUBLAS of each other are compared by their ratios as they are
+    near = Result("near", 4096, 64, 4096, kernel_us=10.0, cublas_us=10.5)
+    assert comparable_speedup([near, calm_group])(near) == near.speedup
