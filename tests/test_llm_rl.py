@@ -226,13 +226,8 @@ def test_a_prompt_config_can_offer_fewer_backends():
 
 
 def _bench():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llm_rl.py"
-    spec = importlib.util.spec_from_file_location("llm_rl_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmark_scripts import load
+    return load("llm_rl")
 
 
 def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_path):

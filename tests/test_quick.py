@@ -180,13 +180,11 @@ def test_cli_quick_without_gpu_or_replay(capsys):
 
 def test_off_grid_benchmark_resolves_with_the_tuned_database(capsys, tmp_path):
     """benchmarks/off_grid.py --tuned: the resolver reads the quick tune's entry first."""
-    import importlib.util
     from pathlib import Path
+    from benchmark_scripts import load
     from gemmforge.search.campaign_store import CampaignStore
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("off_grid", root / "benchmarks" / "off_grid.py")
-    off_grid = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(off_grid)
+    off_grid = load("off_grid")
     store_path, url = tmp_path / "c.db", f"sqlite:///{tmp_path / 'q.db'}"
     shape = "600x4096x4096"
     code, _, err = _run(capsys, "campaign", "--storage", str(store_path), "--shapes", shape,

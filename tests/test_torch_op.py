@@ -170,12 +170,8 @@ def test_matmul_traces_fullgraph_to_the_op(mm, monkeypatch):
 
 
 def test_op_call_benchmark_shapes_and_summary():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "op_call_gpu.py"
-    spec = importlib.util.spec_from_file_location("op_call_gpu", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmark_scripts import load
+    bench = load("op_call_gpu")
     shapes = bench.smallest(50)
     assert len(shapes) == 50 and shapes[0].shape == "64x64x64"
     assert max(p.flops for p in shapes) <= min(p.flops for p in bench.smallest(60)[50:])

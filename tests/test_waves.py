@@ -95,13 +95,8 @@ def test_an_exact_row_and_equal_predictions_keep_the_old_order(tmp_path):
 
 
 def _off_grid_rule():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "off_grid_rule.py"
-    spec = importlib.util.spec_from_file_location("off_grid_rule", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmark_scripts import load
+    return load("off_grid_rule")
 
 
 def test_the_replay_scores_picks_by_the_portfolio_pass_and_leaves_untimed_ones_out(tmp_path):
