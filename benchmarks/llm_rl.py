@@ -11,8 +11,10 @@ held-out shapes' own included: replayed where the GPU measured the program, esti
 otherwise). `base` and `trained` sample freely; `base_grammar` and `trained_grammar`
 sample the same models with every token constrained to ir.grammar's program text
 (policy.constrained: how train-llm and `tune --policy llm --llm-reply text` sample since
-the sixteenth session); each completion is counted as it came, none resampled. `random`
-draws `--samples` legal programs from ir.space (sm_90a) instead.
+the sixteenth session); each completion is counted as it came, none resampled. A stage
+name ending in `_rounds` (`trained_grammar_rounds`) samples in two rounds of half, the
+second prompt listing the first round's legal programs as already proposed, as `tune`
+proposes. `random` draws `--samples` legal programs from ir.space (sm_90a) instead.
 
 Writes, under --out (default benchmarks/results; a stage evaluated again replaces its rows,
 the other stages' rows stay):
@@ -21,7 +23,7 @@ the other stages' rows stay):
                       best replayed cuBLAS/kernel ratio of the samples; no legal sample
                       counts as e^-5), within_5pct_of_tuned (shapes whose best is >= 0.95 x
                       the best measured program), estimated_fraction, seconds_per_shape
-  llm_rl_shapes.csv   one row per (stage, shape)
+  llm_rl_shapes.csv   one row per (stage, shape), with why the illegal replies failed
   llm_rl_curve.png    mean reward and legal fraction against training step (RUN/steps.csv)
 and, for the trained_grammar stage (else the trained one), --proposals (default
 benchmarks/programs/llm_rl_proposals.txt):
@@ -50,7 +52,7 @@ STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio
                 "within_5pct_of_tuned", "estimated_fraction", "shapes", "completions",
                 "seconds_per_shape", "adapter")
 SHAPE_FIELDS = ("stage", "problem", "legal", "distinct", "best_ratio", "tuned_ratio",
-                "best_program", "best_estimated")
+                "best_program", "best_estimated", "illegal_reasons")
 EVAL_SEED = 1234
 CURVE_WINDOW = 5
 
@@ -60,15 +62,57 @@ def _prompt(row: dict) -> Prompt:
     return Prompt(system, user, reply_prefix=row["reply_prefix"])
 
 
-def llm_programs(sampler, row: dict, problem, samples: int, max_tokens: int,
-                 grammar=None) -> list:
-    """The programs of `samples` one-line replies (None where a reply gave no legal one),
-    sampled as train-llm samples: the compact prompt, its reply prefix, TEMPERATURE, and,
-    with `grammar`, every token constrained to it."""
+def llm_proposals(sampler, row: dict, problem, samples: int, max_tokens: int,
+                  grammar=None) -> list:
+    """The Proposals (policy.replies: a verified program, or None and the reason) of
+    `samples` one-line replies, sampled as train-llm samples: the compact prompt, its
+    reply prefix, TEMPERATURE, and, with `grammar`, every token constrained to it."""
     extra = {"grammar": grammar} if grammar is not None else {}
     texts = sampler.sample(_prompt(row), None, samples, temperature=TEMPERATURE,
                            max_tokens=max_tokens, seed=EVAL_SEED, **extra)
-    return [parse_reply(t, problem, ARCH).program for t in texts]
+    return [parse_reply(t, problem, ARCH) for t in texts]
+
+
+def two_rounds(sampler, task: dict, problem, args, rules=None) -> list:
+    """`samples` Proposals in two rounds of half, as `tune --policy llm` proposes
+    (policy.llm.LLMPolicy.propose): the second round's prompt lists the first round's
+    legal programs as already proposed (policy.prompts.compact_prompt's `avoid`)."""
+    from gemmforge.policy.prompts import build_prompt
+    from gemmforge.search.llm_tasks import CONFIG
+    first_n = args.samples // 2
+    first = llm_proposals(sampler, task, problem, first_n, args.max_tokens, rules)
+    avoid = [p.program for p in first if p.ok]
+    prompt = build_prompt(problem, ARCH, task["lineage"], CONFIG, avoid=avoid)
+    row = dict(task, prompt=prompt.chat(), reply_prefix=prompt.reply_prefix)
+    extra = {"grammar": rules} if rules is not None else {}
+    texts = sampler.sample(_prompt(row), None, args.samples - first_n, temperature=TEMPERATURE,
+                           max_tokens=args.max_tokens, seed=EVAL_SEED + 1, **extra)
+    return first + [parse_reply(t, problem, ARCH) for t in texts]
+
+
+def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int) -> list[dict]:
+    """The tasks (make_tasks, one per problem) with the lineage each prompt was built
+    from (drawn again from the same seed), for a second round's prompt."""
+    from gemmforge.policy.prompts import build_prompt
+    from gemmforge.search.llm_tasks import CONFIG, seeded_lineage
+    rng = random.Random(seed)
+    out = []
+    for task, problem in zip(tasks, problems):
+        lineage = seeded_lineage(problem, model, rng)
+        assert build_prompt(problem, ARCH, lineage, CONFIG).chat() == task["prompt"]
+        out.append(dict(task, lineage=lineage))
+    return out
+
+
+def reason_key(reason: str) -> str:
+    """A failure reason's class and field ("verify: stages", "text: epilogue")."""
+    return ":".join(reason.split(":")[:2]).strip()
+
+
+def reason_counts(reasons: list[str]) -> str:
+    """'KEY xN; ...' of failure reasons, the commonest first."""
+    from collections import Counter
+    return "; ".join(f"{k} x{n}" for k, n in Counter(map(reason_key, reasons)).most_common())
 
 
 def random_programs(problem, samples: int, rng: random.Random) -> list:
@@ -76,8 +120,10 @@ def random_programs(problem, samples: int, rng: random.Random) -> list:
     return [space.sample_legal(problem, rng) for _ in range(samples)]
 
 
-def shape_row(stage: str, problem, programs: list, model: ReplayReward) -> dict:
-    """Legal and distinct counts and the best replayed ratio of one shape's samples."""
+def shape_row(stage: str, problem, programs: list, model: ReplayReward,
+              reasons: list[str] = ()) -> dict:
+    """Legal and distinct counts and the best replayed ratio of one shape's samples
+    (`reasons`: why the others failed)."""
     legal = [p for p in programs if p is not None]
     results = model.evaluate(legal, problem) if legal else []
     best = max(results, key=lambda r: r.speedup or 0.0, default=None)
@@ -88,7 +134,8 @@ def shape_row(stage: str, problem, programs: list, model: ReplayReward) -> dict:
             "best_ratio": best.speedup if ok else math.exp(WORST_REWARD),
             "tuned_ratio": tuned.speedup if tuned else "",
             "best_program": best.program if ok else "",
-            "best_estimated": is_estimated(best) if ok else ""}
+            "best_estimated": is_estimated(best) if ok else "",
+            "illegal_reasons": reason_counts(list(reasons))}
 
 
 def stage_row(stage: str, rows: list[dict], samples: int, seconds: float,
@@ -105,7 +152,8 @@ def stage_row(stage: str, rows: list[dict], samples: int, seconds: float,
             "adapter": adapter}
 
 
-GRAMMAR_SUFFIX = "_grammar"
+GRAMMAR = "_grammar"  # in a stage name: sample under ir.grammar
+ROUNDS = "_rounds"  # in a stage name: two rounds, the second told the first's programs
 
 
 def _sampler(stage: str, args):
@@ -120,17 +168,21 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
     from gemmforge.policy.samplers import adapter_id
     from gemmforge.ir.grammar import grammar
     sampler = None if stage == "random" else _sampler(stage, args)
-    rules = grammar(task_backend(tasks), ARCH) if stage.endswith(GRAMMAR_SUFFIX) else None
+    rules = grammar(task_backend(tasks), ARCH) if GRAMMAR in stage else None
     rng = random.Random(EVAL_SEED)
     rows, start = [], time.perf_counter()
     for task in tasks:
         problem = parse_problem(task["problem"])
+        reasons = []
         if sampler is None:
             programs = random_programs(problem, args.samples, rng)
         else:
-            programs = llm_programs(sampler, task, problem, args.samples, args.max_tokens,
-                                    rules)
-        rows.append(shape_row(stage, problem, programs, model))
+            proposals = (two_rounds(sampler, task, problem, args, rules) if ROUNDS in stage
+                         else llm_proposals(sampler, task, problem, args.samples,
+                                            args.max_tokens, rules))
+            programs = [p.program for p in proposals]
+            reasons = [p.reason for p in proposals if not p.ok]
+        rows.append(shape_row(stage, problem, programs, model, reasons))
         print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, best "
               f"{rows[-1]['best_ratio']:.3f}", flush=True)
     adapter = adapter_id(sampler.adapter) if sampler is not None and sampler.adapter else ""
@@ -211,7 +263,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=TEXT_REPLY_TOKENS,
                     help="as train-llm's completion limit")
     ap.add_argument("--stages", default="base,trained,trained_grammar,random",
-                    help="of base, trained, base_grammar, trained_grammar, random")
+                    help="of base, trained, base_grammar, trained_grammar, random, and "
+                         "either LLM stage with _rounds")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--proposals", type=Path,
                     default=Path(__file__).parent / "programs" / "llm_rl_proposals.txt")
@@ -219,7 +272,9 @@ def main(argv=None) -> int:
     full = ReplayReward()
     split = split_shapes(full)
     held = split.held_out[:: max(1, len(split.held_out) // args.shapes)][:args.shapes]
-    tasks = make_tasks(held, ReplayReward(exclude=split.held_out), seed=EVAL_SEED)
+    prompt_model = ReplayReward(exclude=split.held_out)
+    tasks = with_lineages(make_tasks(held, prompt_model, seed=EVAL_SEED), held, prompt_model,
+                          EVAL_SEED)
     stages, shapes, done = [], [], set()
     order = args.stages.split(",")
     proposing = "trained_grammar" if "trained_grammar" in order else "trained"

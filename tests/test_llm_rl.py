@@ -259,3 +259,27 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
     assert "run@abc" in lines[0]
     assert bench.moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert bench.task_backend([{"reply_prefix": "cuda_wgmma sm_90a"}] * 2) == "cuda_wgmma"
+    reasons = ["verify: stages: 12 stages of 128x128x64 need", "text: epilogue: 'x' is not",
+               "verify: stages: 9 stages"]
+    assert bench.shape_row("trained", PROBLEM, [a], model, reasons)["illegal_reasons"] == \
+        "verify: stages x2; text: epilogue x1"
+
+
+def test_evaluation_in_two_rounds_tells_the_second_the_first_rounds_programs():
+    from types import SimpleNamespace
+    from gemmforge.search.llm_tasks import make_tasks
+    bench = _bench()
+    model = _model()
+    (task,) = bench.with_lineages(make_tasks([PROBLEM], model, seed=5), [PROBLEM], model, 5)
+    prompts = []
+
+    class Sampler:
+        def sample(self, prompt, schema, n, **kwargs):
+            prompts.append(prompt.user)
+            return [prompt.reply_prefix + WGMMA.split("sm_90a")[1].replace("s4", "s5")] * n
+
+    args = SimpleNamespace(samples=4, max_tokens=64)
+    proposals = bench.two_rounds(Sampler(), task, PROBLEM, args)
+    assert len(proposals) == 4 and all(p.ok for p in proposals)
+    assert "Already proposed" not in prompts[0] and "Already proposed" in prompts[1]
+    assert str(proposals[0].program) in prompts[1]
