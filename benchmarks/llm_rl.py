@@ -183,8 +183,8 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
             programs = [p.program for p in proposals]
             reasons = [p.reason for p in proposals if not p.ok]
         rows.append(shape_row(stage, problem, programs, model, reasons))
-        print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, best "
-              f"{rows[-1]['best_ratio']:.3f}", flush=True)
+        print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, distinct "
+              f"{rows[-1]['distinct']}, best {rows[-1]['best_ratio']:.3f}", flush=True)
     adapter = adapter_id(sampler.adapter) if sampler is not None and sampler.adapter else ""
     return stage_row(stage, rows, args.samples, time.perf_counter() - start, adapter), rows
 
@@ -201,8 +201,9 @@ def moving_mean(values: list[float], window: int) -> list[float]:
             for i in range(len(values))]
 
 
-def plot_curve(steps_csv: Path, png: Path) -> None:
-    """Mean reward and legal fraction against the training step."""
+def plot_curve(steps_csv: Path, png: Path, marks: list[tuple[float, str]] = ()) -> None:
+    """Mean reward, legal and distinct fractions against the training step; `marks`:
+    (step, label) drawn as vertical lines (where the training changed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -218,8 +219,13 @@ def plot_curve(steps_csv: Path, png: Path) -> None:
     ax.set_ylabel("mean replayed reward (log cuBLAS/kernel; -5 illegal)")
     ax2 = ax.twinx()
     ax2.plot(steps, [float(r["legal_fraction"]) for r in rows], "g.--", alpha=0.6,
-             label="legal fraction")
-    ax2.set_ylabel("legal fraction")
+             label="legal fraction (a copy of a listed program counts as not legal)")
+    ax2.plot(steps, moving_mean([float(r["distinct_fraction"]) for r in rows], CURVE_WINDOW),
+             "m-", alpha=0.6, label=f"distinct legal fraction, mean over {CURVE_WINDOW} steps")
+    for step, label in marks:
+        ax.axvline(step, color="k", lw=0.8, ls=":")
+        ax.text(step, ax.get_ylim()[0], f" {label}", fontsize=7, va="bottom")
+    ax2.set_ylabel("fraction of the step's completions")
     ax2.set_ylim(0, 1)
     ax.set_title("SmolLM2-135M + LoRA, GRPO on replayed H100 measurements")
     fig.legend(loc="upper left", bbox_to_anchor=(0.1, 0.88), fontsize=8)
@@ -268,6 +274,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--proposals", type=Path,
                     default=Path(__file__).parent / "programs" / "llm_rl_proposals.txt")
+    ap.add_argument("--mark", action="append", default=[], metavar="STEP:LABEL",
+                    help="a vertical line on the curve (e.g. 45.5:grammar)")
     args = ap.parse_args(argv)
     full = ReplayReward()
     split = split_shapes(full)
@@ -290,7 +298,8 @@ def main(argv=None) -> int:
             write_csv(args.out / name, fields, merged(args.out / name, list(new), done))
     steps = Path(args.run) / "steps.csv"
     if steps.exists():
-        plot_curve(steps, args.out / "llm_rl_curve.png")
+        plot_curve(steps, args.out / "llm_rl_curve.png",
+                   [(float(m.split(":", 1)[0]), m.split(":", 1)[1]) for m in args.mark])
     for row in stages:
         print(row)
     return 0

@@ -169,7 +169,8 @@ def add_to(sub) -> None:
                                          "folder's name: --lora-modules NAME=PATH)")
     t.add_argument("--llm-engine", default="vllm", choices=("vllm", "transformers"),
                    help="--policy llm with a local model: vLLM's offline engine, or "
-                        "transformers (any device; replies not schema-constrained)")
+                        "transformers (any device; JSON replies not schema-constrained, one-line "
+                        "text replies decoded under ir.grammar where one backend is offered)")
     t.add_argument("--llm-reply", default="json", choices=("json", "text"),
                    help="--policy llm: the full prompt and a JSON reply under the schema, or "
                         "the compact prompt and one line of program text (what train-llm "
