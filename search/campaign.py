@@ -20,9 +20,8 @@ Passes, each over every shape before the next starts:
                a winner); the winner is the best over L2 warm and cold together
                (selection_ratio); the large class (2mnk >= 1e11) is also timed in the
                sustained protocol, and there the winner is the best under sustained load. A round is stored
-               whole or not at all; it is repeated when the contenders change, and once
-               more when it was measured on a disturbed GPU (search.selection.disturbed:
-               its cuBLAS reading over 1.5x the shape's fastest round's).
+               whole or not at all; it is repeated when the contenders change, and once more
+               when measured on a disturbed GPU (search.selection.disturbed).
 A shape's winner is the best ok result of its latest confirmation round that was not disturbed.
 
 Resume: the store says what is done (search.campaign_store); a killed run loses only the
@@ -292,10 +291,10 @@ class Campaign:
                 best[r.program] = r
         return sorted(best.values(), key=figure, reverse=True)
 
-    def contenders(self, problem: Problem) -> list[str]:
+    def contenders(self, problem: Problem, confirmed: tuple | None = None) -> list[str]:
         """The confirmation's programs: the best `top`, then the last winner."""
         programs = [r.program for r in self.measured_best(problem)[:self.settings.top]]
-        incumbent = self.winner(problem)
+        incumbent = self._winner_of(problem, *(confirmed or self.confirmations(problem)))
         if programs and incumbent is not None and incumbent.program not in programs:
             programs.append(incumbent.program)
         return programs
@@ -310,7 +309,10 @@ class Campaign:
 
     def winner(self, problem: Problem) -> Result | None:
         """The best ok result of the shape's latest undisturbed confirmation round, or None."""
-        rounds, bad = self.confirmations(problem)
+        return self._winner_of(problem, *self.confirmations(problem))
+
+    @staticmethod
+    def _winner_of(problem: Problem, rounds: dict, bad: set[int]) -> Result | None:
         clean = [n for n in rounds if n not in bad]
         if not clean:
             return None
@@ -324,8 +326,8 @@ class Campaign:
                 problem in weak and not self.store.is_done(problem, "search")
                 and self.settings.search_budget > 0):
             return []  # earlier passes are not through at this shape
-        programs = self.contenders(problem)
         rounds, bad = self.confirmations(problem)
+        programs = self.contenders(problem, (rounds, bad))
         if not rounds:
             return programs
         last = max(rounds)
