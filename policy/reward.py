@@ -25,7 +25,7 @@ L2_STATES = ("warm", "cold")
 def reward(result, l2: str = "warm") -> float:
     """log(cuBLAS time / ours) for an ok Result (0: as fast as cuBLAS, > 0: faster), with L2
     warm (`l2="warm"`: the kernel protocol, operands left in L2 by the launch before) or cold
-    (`l2="cold"`: L2 flushed before each launch, as a model's weights are in a forward pass;
+    (`l2="cold"`: the operands not in L2, as a model's weights are in a forward pass;
     needs the "cold" protocol in BenchSettings.protocols), floored at WORST_REWARD;
     WORST_REWARD for a failure, an implausible measurement, or a state not measured.
     `result`: a search.records.Result (ok, implausible, speedup, cold_speedup)."""

@@ -21,7 +21,9 @@ Passes, each over every shape before the next starts:
                (selection_ratio); the large class (2mnk >= 1e11) is also timed in the
                sustained protocol, and there the winner is the best under sustained load. A round is stored
                whole or not at all; it is repeated when the contenders change, and once more
-               when measured on a disturbed GPU (search.selection.disturbed).
+               when measured on a disturbed GPU (search.selection.disturbed), and for every
+               shape after `reconfirm(reason)` (a timing protocol changed: the rounds
+               before it stop counting as current; `gemmforge campaign --reconfirm REASON`).
 A shape's winner is the best ok result of its latest confirmation round that was not disturbed.
 
 Resume: the store says what is done (search.campaign_store); a killed run loses only the
@@ -49,6 +51,7 @@ SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "s
 GUESS_S = {"portfolio": 0.05, "search": 0.25, "confirm": 1.0, "confirm_large": 8.0}
 """Seconds per candidate assumed for a pass until the store has measured its own."""
 ETA_EVERY_S = 30.0
+RECONFIRM_KEY = "reconfirm"  # store meta: {reason: {problem: first current confirm round}}
 BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run
 
 
@@ -319,9 +322,29 @@ class Campaign:
         good = [r for r in rounds[clean[-1]] if ok(r)]
         return max(good, key=lambda r: selection_ratio(problem, r), default=None)
 
+    def reconfirm(self, reason: str) -> int:
+        """Confirm every shape of the run once more, whatever its rounds hold (the timing
+        protocol changed; `reason` says how): its rounds so far stop counting as current.
+        Kept in the store under `reason`, so a later call naming it again resumes rather
+        than starting over. Returns how many shapes it marked (0 when resumed)."""
+        marks = self.store.get(RECONFIRM_KEY, {})
+        if reason in marks:
+            return 0
+        marks[reason] = {str(p): (self.store.last_round(p, "confirm") or 0) + 1
+                         for p in self.problems}
+        self.store.put(RECONFIRM_KEY, marks)
+        return len(marks[reason])
+
+    def _current_from(self, problem: Problem) -> int:
+        """The first confirmation round at `problem` measured the current way (1 unless a
+        reconfirm() marked the shape)."""
+        return max((m.get(str(problem), 1) for m in self.store.get(RECONFIRM_KEY, {}).values()),
+                   default=1)
+
     def needs_confirmation(self, problem: Problem, weak: set) -> list[str]:
-        """The contenders, if they are not all in the latest round; else [] (also while
-        an earlier pass is not through at the shape; `weak`: the set of weak())."""
+        """The contenders, if they are not all in the latest round (or that round predates a
+        reconfirm()); else [] (also while an earlier pass is not through at the shape;
+        `weak`: the set of weak())."""
         if self.store.pending(problem, "portfolio") or (
                 problem in weak and not self.store.is_done(problem, "search")
                 and self.settings.search_budget > 0):
@@ -331,6 +354,8 @@ class Campaign:
         if not rounds:
             return programs
         last = max(rounds)
+        if last < self._current_from(problem):
+            return programs  # measured before the protocol changed
         if last in bad and last - 1 not in bad:
             return programs  # measured on a disturbed GPU: once more
         if set(programs) <= {r.program for r in rounds[last]}:

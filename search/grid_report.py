@@ -23,7 +23,7 @@ Protocol differences (DESIGN.md, "Measurement"): CUDA-L2 publishes one Python ca
 synchronize per timing (host overhead included; "server": calls at random intervals),
 measured on their machine against their torch.matmul and cuBLAS; several of their
 "fp32-accumulate" kernels accumulate in fp16. Ours: kernel time in CUDA graphs (L2 warm),
-cold (L2 flushed) and call (Python call + sync), each against cuBLAS (best of NN and TN)
+cold (L2 cold) and call (Python call + sync), each against cuBLAS (best of NN and TN)
 timed interleaved in the same process. Compare our call ratio with their offline ratio
 over torch.matmul; our kernel ratio has no published counterpart.
 """

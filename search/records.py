@@ -88,7 +88,7 @@ class Protocol:
 
 PROTOCOLS = {p.name: p for p in (
     Protocol("kernel", "CUDA-graph median per launch, L2 warm"),
-    Protocol("cold", "the same with L2 flushed before every launch"),
+    Protocol("cold", "the same with L2 cold: operands rotated through copies over 2x L2"),
     Protocol("call", "one Python call + synchronize, wall clock, fresh inputs", alone=True),
     Protocol("server", "calls after random idle gaps", alone=True),
     Protocol("sustained", "per launch, back to back for seconds (under the power cap), the "
@@ -110,16 +110,20 @@ class BenchSettings(_Record):
     Exactly how many times the candidate is launched for one request (candidate_launches()
     computes it), where n = clamp(ceil(graph_us / t1), min_graph_launches,
     max_graph_launches) with t1 the calibrated time per launch (the warm-up's average), and
-    nc the same with t1 + the time of one L2 flush:
+    nc, for a problem whose operands rotate through s copies (search.timing.rotation_sets),
+    n rounded up to a multiple of s, else (s = 1: a problem too small to rotate) n with t1 +
+    the time of one L2 flush:
       correctness gate ..... 1, plus 1 for the {0,1} check when exact_check and k <= 2048
       calibration .......... 1 (timed alone; up to 2 more alone if it is over the slow
                              cut-off below), then `warmup` back to back (timed together)
       kernel ("kernel") .... (warm_rounds + rounds + 1) x n: one CUDA graph of n launches,
                              replayed once untimed, then once per round (L2 warm: the same
                              buffers); the first warm_rounds rounds are not recorded
-      cold ("cold") ........ (warm_rounds + rounds + 1) x nc: a graph of nc (L2 flush,
-                             launch) pairs; a graph of nc flushes alone is timed too and
-                             subtracted
+      cold ("cold") ........ (warm_rounds + rounds + 1) x nc: a graph of nc launches
+                             back to back, each on the next of s copies of the operands
+                             (their total over l2_flush_factor x L2); for s = 1, a graph of
+                             nc (L2 flush, launch) pairs, the flush a read, and a graph of
+                             nc flushes alone timed too and subtracted
       call ("call") ........ 1 + rounds x call_repeats Python calls (Kernel.__call__ + sync),
                              fresh input values (written untimed) before each
       server ("server") .... server_calls calls, each after a random idle gap in
@@ -159,7 +163,10 @@ class BenchSettings(_Record):
     each request, so every request for a problem is timed on the same memory; without it
     each request allocates its own.
 
-    L2: "kernel" keeps L2 warm; "cold" writes a buffer of l2_flush_factor x the L2 size
+    L2: "kernel" keeps L2 warm; "cold" rotates the operands through copies whose total is
+    over l2_flush_factor x the L2 size (each launch finds its own evicted and L2 holding
+    nothing dirty to write back, as a model's layers find their weights), or, where that
+    would take more than search.timing.MAX_ROTATION copies, reads a buffer of that size
     before every launch. Statistic: the median (or minimum) over rounds of each contender's
     per-launch time; cuBLAS's kernel figure is the better of NN and TN, and its cold, call
     and server figures are that layout's. A device-wide synchronize
@@ -291,8 +298,10 @@ class Result(_Record):
 
     status "ok" or "failed"; a failure has `kind` (one of FAILURE_KINDS) and `message`.
     kernel_us / cublas_us: CUDA-graph median per launch, L2 warm (cuBLAS: best of NN, TN).
-    cold_us / cublas_cold_us: the same with L2 flushed before every launch (cuBLAS: the
-    layout that won the kernel times, as for call and server).
+    cold_us / cublas_cold_us: the same with L2 cold (BenchSettings: operands rotated through
+    copies over 2x L2; cuBLAS: the layout that won the kernel times, as for call and server).
+    Results before the seventeenth session wrote L2 before each launch instead, which also
+    charged the launch for writing that buffer back (benchmarks/NOTES.md).
     call_us / cublas_call_us: one Python call + synchronize, wall clock, fresh inputs.
     server_us / cublas_server_us: calls after random idle gaps.
     sustained_us / cublas_sustained_us: per launch, run back to back for seconds (under the
@@ -380,7 +389,7 @@ class Result(_Record):
 
     @property
     def cold_speedup(self) -> float | None:
-        """cublas_cold_us / cold_us (both with L2 flushed before each launch), or None."""
+        """cublas_cold_us / cold_us (both with L2 cold), or None."""
         return _ratio(self.cublas_cold_us, self.cold_us)
 
     @property

@@ -33,11 +33,13 @@ SLOW_CONFIRMATIONS = 2
 @dataclass
 class Contender:
     """One GEMM implementation under test: `launch` enqueues C = A @ B into fixed buffers on
-    the current stream; `call` is the user-facing Python call (allocates its output)."""
+    the current stream; `call` is the user-facing Python call (allocates its output);
+    `launch_on(i)` the launch on operand copy i (0: launch's buffers), for the cold protocol."""
 
     name: str
     launch: Callable[[], None]
     call: Callable[[], object]
+    launch_on: Callable[[int], None] | None = None
 
 
 def elapsed_us(enqueue: Callable[[], None]) -> float:
@@ -123,13 +125,46 @@ def kernel_protocol(cs, settings, counts, stream,
                       settings.warm_rounds, after_round)
 
 
-def cold_protocol(cs, settings, times, stream,
+MAX_ROTATION = 64
+"""The most operand copies the cold protocol rotates through; a problem so small that it
+would need more is timed after a flush instead (cold_protocol)."""
+
+
+def rotation_sets(footprint_bytes: int, l2_bytes: int, factor: float) -> int:
+    """How many copies of a launch's operands (`footprint_bytes`: A, B and C) the cold
+    protocol rotates through so that each launch finds its own evicted: enough that the
+    others' total is over `factor` x L2; 1 where that would take more than MAX_ROTATION."""
+    sets = math.ceil(factor * l2_bytes / max(footprint_bytes, 1)) + 1
+    return sets if sets <= MAX_ROTATION else 1
+
+
+def cold_protocol(cs, settings, times, stream, sets: int = 1,
                   after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
-    """Per launch, L2 flushed before each: graph(n x (flush, launch)) - graph(n x flush)."""
+    """Per launch with L2 cold: the operands come from HBM, and L2 holds nothing the launch
+    must write back first (as a model's layers find their weights).
+
+    sets > 1 (rotation_sets): each contender's graph runs back to back through `sets` copies
+    of its operands (`launch_on(i)`), a multiple of `sets` launches, `times[name]` sizing it;
+    the reading is the graph's time per launch. sets == 1 (a problem too small to rotate):
+    graph(n x (flush, launch)) - graph(n x flush), the flush a sum over a buffer of
+    l2_flush_factor x L2 (a read: a written flush would leave L2 dirty, and the launch after
+    it would pay for writing it back, 1.3x the time at 1x4096x4096, benchmarks/NOTES.md)."""
+    if sets > 1:
+        n = {c.name: sets * math.ceil(launches_per_graph(settings, times[c.name]) / sets)
+             for c in cs}
+        rotated = {c.name: graph(repeat(lambda c=c: [c.launch_on(i) for i in range(sets)],
+                                        n[c.name] // sets), stream) for c in cs}
+        return interleave(cs, settings.rounds,
+                          lambda c: elapsed_us(rotated[c.name].replay) / n[c.name],
+                          settings.warm_rounds, after_round)
     import torch
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    junk = torch.empty(int(l2 * settings.l2_flush_factor), dtype=torch.uint8, device="cuda")
-    flush = junk.zero_
+    junk = torch.zeros(int(l2 * settings.l2_flush_factor) // 4, dtype=torch.float32,
+                       device="cuda")
+    total = torch.zeros((), dtype=torch.float32, device="cuda")
+
+    def flush():
+        torch.sum(junk, dim=0, out=total)
     flush_us = elapsed_us(repeat(flush, 3)) / 3
     n = {c.name: launches_per_graph(settings, times[c.name] + flush_us) for c in cs}
 

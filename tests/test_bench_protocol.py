@@ -107,7 +107,7 @@ def simulate(monkeypatch):
         kernel_fn = kernel_fn or (lambda a, b, out: out.copy_(
             gate.reference(a, b, layout).half()))
         sim = SimulatedCuda(candidate_us, kernel_fn)
-        for name in ("empty", "full", "randn", "randint", "ones", "Generator"):
+        for name in ("empty", "zeros", "full", "randn", "randint", "ones", "Generator"):
             real = getattr(torch, name)
             monkeypatch.setattr(torch, name, lambda *a, _real=real, **k: _real(
                 *a, **{**k, "device": "cpu"} if k.get("device") == "cuda" else k))
@@ -131,6 +131,15 @@ def _run(sim, layout="nn", acc="f32", k=72, **settings):
     return req, bench.run_request(req, art, load=lambda a: FakeKernel(sim, layout))
 
 
+def _cold_graph(req) -> int:
+    """Launches in one cold graph of `req` in the simulation (L2 of 64 KiB, graphs of 3
+    launches): whole passes through the rotated operand copies."""
+    p = req.problem()
+    sets = timing.rotation_sets(2 * (p.m * p.k + p.k * p.n + p.m * p.n), 1 << 16,
+                                req.settings.l2_flush_factor)
+    return sets * -(-3 // sets)
+
+
 @pytest.mark.parametrize("layout, acc, k", [("nn", "f32", 72), ("nt", "f16", 2100)])
 def test_protocols_report_the_planted_times(simulate, layout, acc, k):
     sim = simulate(candidate_us=5.0, layout=layout)
@@ -140,7 +149,7 @@ def test_protocols_report_the_planted_times(simulate, layout, acc, k):
     assert r.spread == pytest.approx(0.0) and r.cublas_spread == pytest.approx(0.0)
     assert r.call_us > 0 and r.server_us > 0 and r.rel_err < gate.tolerance(req.problem())
     assert r.flags == () and r.speedup == pytest.approx(TN_US / 5.0)
-    assert sim.launches == req.settings.candidate_launches(3, 3, k)
+    assert sim.launches == req.settings.candidate_launches(3, _cold_graph(req), k)
 
 
 def test_call_and_cold_time_the_layout_that_won_the_kernel_protocol(simulate, monkeypatch):
@@ -164,6 +173,43 @@ def test_call_and_cold_time_the_layout_that_won_the_kernel_protocol(simulate, mo
     assert ran == [["candidate0", "cublas_tn"], ["candidate0", "cublas_tn"]]
     assert r.cublas_us == pytest.approx(6.0)
     assert r.cublas_cold_us == pytest.approx(12.0) and r.cublas_call_us == pytest.approx(28.0)
+
+
+def test_cold_rotates_through_distinct_operand_copies(simulate, monkeypatch):
+    """Each cold launch reads its own copy of the operands, a copy per rotation set, every
+    copy holding the same values as the buffers the other protocols time."""
+    seen = collections.Counter()
+
+    def record(a, b, out):
+        seen[(a.data_ptr(), b.data_ptr(), out.data_ptr())] += 1
+        out.copy_(gate.reference(a, b, "nn").half())
+    sim = simulate(candidate_us=5.0, kernel_fn=record)
+    req, r = _run(sim, protocols=("kernel", "cold"))
+    assert r.ok and r.cold_us == pytest.approx(5.0)
+    sets = _cold_graph(req)
+    assert sets > 3  # one pass through the copies per graph
+    # copies 1.. serve the cold rounds alone (the warm round, the rounds, the untimed replay);
+    # copy 0, the buffers of every other step, is launched on far more often
+    cold_only = [n for n in seen.values() if n == req.settings.warm_rounds + req.settings.rounds + 1]
+    assert len(cold_only) == sets - 1 and max(seen.values()) > 2 * cold_only[0]
+
+
+def test_cold_on_a_problem_too_small_to_rotate_reads_a_flush(simulate, monkeypatch):
+    """Where rotation would take more than MAX_ROTATION copies, each launch follows a read of
+    a buffer of l2_flush_factor x L2, and the flushes' own time is subtracted."""
+    sim = simulate(candidate_us=5.0)
+    sim.get_device_properties = lambda d: types.SimpleNamespace(L2_cache_size=1 << 24)
+    real_sum = torch.sum
+    monkeypatch.setattr(torch, "sum", lambda *a, **k: sim.gemm(FLUSH_US,
+                                                              lambda: real_sum(*a, **k)))
+    _, r = _run(sim, protocols=("kernel", "cold"))
+    assert r.ok and r.cold_us == pytest.approx(5.0) and r.cublas_cold_us == pytest.approx(TN_US)
+
+
+def test_rotation_sets():
+    assert timing.rotation_sets(10 << 20, 50 << 20, 2.0) == 11
+    assert timing.rotation_sets(1 << 30, 50 << 20, 2.0) == 2
+    assert timing.rotation_sets(1 << 10, 50 << 20, 2.0) == 1  # would need > MAX_ROTATION
 
 
 def test_slow_candidate_is_cut_short(simulate):
@@ -283,7 +329,7 @@ def test_group_times_each_candidate_against_cublas_rounds_paid_once(simulate, mo
     assert [r.speedup for r in results] == pytest.approx([TN_US / 5.0, TN_US / 9.0, TN_US / 3.0])
     assert all(r.ok and r.cublas_us == pytest.approx(TN_US) and r.flags == () for r in results)
     assert [r.program for r in results] == [q.program for q in reqs]
-    want = reqs[0].settings.candidate_launches(3, 3, 72)
+    want = reqs[0].settings.candidate_launches(3, _cold_graph(reqs[0]), 72)
     assert [k.launches for k in kernels] == [want] * 3
     group_blas = len(blas_calls)
     blas_calls.clear()

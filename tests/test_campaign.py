@@ -289,3 +289,25 @@ def test_a_group_whose_cublas_read_slow_does_not_outrank_a_calm_one():
     # readings within SAME_CUBLAS of each other are compared by their ratios as they are
     near = Result("near", 4096, 64, 4096, kernel_us=10.0, cublas_us=10.5)
     assert comparable_speedup([near, calm_group])(near) == near.speedup
+
+
+def test_reconfirm_confirms_every_shape_once_more_and_resumes(tmp_path):
+    """After the timing protocol changes, every shape is confirmed once more: a later run
+    naming the same reason resumes (nothing twice), and then the campaign is through."""
+    db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
+    c = campaign(db, bad)
+    c.run()
+    before = {p: c.store.last_round(p, "confirm") for p in c.problems}
+    assert c.reconfirm("cold rotated") == len(c.problems)
+    weak = set(c.weak())
+    assert all(c.needs_confirmation(p, weak) for p in c.problems)
+    first = c.problems[0]
+    again = campaign(db, bad)
+    assert again.reconfirm("cold rotated") == 0  # resumed, not marked again
+    summary = again.run(passes=("confirm",))
+    assert summary["this_run"]["confirm"]["candidates"] > 0
+    assert {p: again.store.last_round(p, "confirm") for p in again.problems} == {
+        p: r + 1 for p, r in before.items()}
+    assert again.winner(first) is not None
+    assert campaign(db, bad).run(passes=("confirm",))["this_run"] == {}
+    assert not bad.exists()

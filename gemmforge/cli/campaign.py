@@ -7,6 +7,7 @@
     gemmforge campaign --storage c.db --shapes sample:20 --replay synthetic   # no GPU
     gemmforge campaign --storage rerun.db --shapes grid:small,medium --incumbents shipped \
         --twins pdl --per-backend 0 --portfolio all=new_kernels.txt   # after new kernels land
+    gemmforge campaign --storage c.db --passes confirm --reconfirm "cold rotated"  # new protocol
 
 The storage file is the whole campaign: it travels between calls and sessions. The first
 run's settings (the options below that default to "as stored") are kept in it, so a
@@ -146,6 +147,10 @@ def cmd_campaign(args) -> int:
         store.put("options", options)
         if store.get("command") is None:
             store.put("command", "gemmforge " + " ".join(sys.argv[1:]))
+        if args.reconfirm:
+            marked = campaign.reconfirm(args.reconfirm)
+            print(f"reconfirm {args.reconfirm!r}: " + (f"{marked} shapes to confirm once more"
+                  if marked else "resumed"), file=sys.stderr, flush=True)
         summary = campaign.run(args.max_seconds, passes, started)
     finally:
         if runner is not None:
@@ -227,6 +232,10 @@ def add_to(sub) -> None:
     c.add_argument("--search-batch", type=int, help="the tuner's batch (8)")
     c.add_argument("--policy", help="the search's policy (heuristic)")
     c.add_argument("--top", type=int, help="contenders per confirmation (3)")
+    c.add_argument("--reconfirm", metavar="REASON",
+                   help="confirm every shape once more, its rounds so far no longer current "
+                   "(after a timing protocol changed); REASON is kept in the store, and a "
+                   "later call naming it resumes instead of starting over")
     c.add_argument("--sustained-seconds", type=float,
                    help="seconds per sustained turn in the large class's confirmation (1.0)")
     c.add_argument("--seed", type=int, help="sampler seed (0)")
