@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -141,7 +142,8 @@ def test_the_package_ships_the_large_class_confirmations():
     program legal for its shape, each with its command; geomeans as benchmarks/README.md."""
     book = read(DEFAULT_PATH)
     for cls, readings, geomean in (("h100", 3, 1.0423), ("h200", 2, 1.0457)):
-        rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11]
+        rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11
+                and str(r.problem.layout) == "nn"]
         assert len(rows) == 187 and len({r.problem for r in rows}) == 187
         assert all(r.problem.flops >= 1e11 and r.readings == readings for r in rows)
         assert all(check(r.program, r.problem) is None for r in rows)
@@ -149,6 +151,22 @@ def test_the_package_ships_the_large_class_confirmations():
                    for r in rows)
         geo = math.exp(sum(math.log(r.speedup) for r in rows) / len(rows))
         assert geo == pytest.approx(geomean, abs=1e-4)
+
+
+def test_the_package_ships_the_nt_sample_and_llm_layers_for_the_h100():
+    """Layout nt (a linear layer's x @ W.t()): issue 20's sample and LLM-layer shapes from
+    their campaigns' confirmations (benchmarks/README.md, small_medium.py), each legal."""
+    from gemmforge.search.shapes import parse_shapes
+    book = read(DEFAULT_PATH)
+    rows = {r.problem: r for r in book.rows if r.device_class == "h100"
+            and str(r.problem.layout) == "nt"}
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
+    want = {*parse_shapes(f"@{root / 'small_medium_sample.txt'}", "nt", "f32"),
+            *parse_shapes(f"@{root / 'llm_layers.txt'}", "nt", "f32")}
+    assert set(rows) == want and len(want) == 160
+    assert all(check(r.program, r.problem) is None for r in rows.values())
+    assert all(r.measured["command"].startswith("gemmforge campaign") and r.measured["commit"]
+               for r in rows.values())
 
 
 def test_the_package_ships_every_grid_shape_for_the_h100():
