@@ -2,7 +2,7 @@
 its shape.
 
     python3 benchmarks/check_shipped.py [--shipped PATH] [--device-class h100] \
-        [--backend NAME] [--report-dir DIR] [--name shipped_check_h100]
+        [--backend NAME] [--changed-since OLD.json] [--report-dir DIR] [--name shipped_check_h100]
 
 For each shipped row of the GPU's device class (search.devices; --device-class to choose):
 the program is built (in parallel) and run at its shape through the measuring path
@@ -33,14 +33,20 @@ def main(argv=None) -> int:
     ap.add_argument("--shipped", default=str(DEFAULT_PATH), help="the shipped file")
     ap.add_argument("--device-class", help="whose rows (default: this GPU's class)")
     ap.add_argument("--backend", help="only the rows of this backend")
+    ap.add_argument("--changed-since", metavar="FILE",
+                    help="only the rows whose program differs from (or is absent in) this "
+                    "earlier shipped file, after a whole-file check of it")
     ap.add_argument("--report-dir", default=".", help="where the CSV goes")
     ap.add_argument("--name", default="shipped_check", help="the CSV's name")
     args = ap.parse_args(argv)
     runner = GridRunner()
     try:
         cls = args.device_class or device_class(runner.device)
+        before = ({(r.device_class, r.problem): r.program_text
+                   for r in read(args.changed_since).rows} if args.changed_since else None)
         rows = [r for r in read(args.shipped).rows if r.device_class == cls
-                and args.backend in (None, r.program.backend)]
+                and args.backend in (None, r.program.backend)
+                and (before is None or before.get((cls, r.problem)) != r.program_text)]
         if not rows:
             print(f"no shipped rows for device class {cls!r} ({runner.device})")
             return 1
