@@ -33,7 +33,7 @@ class Backend(ABC):
                       ir.program.TILE_EXTRAS: multiples of 8 up to 256)
       max_stages   -- the deepest pipeline it builds (the IR allows ir.program.MAX_STAGES;
                       shared memory is checked apart)
-      reductions   -- split_k.reduction values it lowers (inkernel is opt-in)
+      reductions   -- split_k.reduction values it lowers (inkernel and cluster are opt-in)
       consumer_accum_regs -- accumulator registers per thread a warp-specialized
                       consumer may hold (None: ir.arch.ACCUM_REG_BUDGET, as for all others)
     """

@@ -94,10 +94,13 @@ class Reduction(_TextEnum):
     atomic: fp32 atomic adds into a zeroed buffer, then a cast; inkernel: inside the GEMM
     kernel itself, no second kernel and no per-call memset (partials in an fp32 workspace
     and per-tile arrival counters, zeroed once when allocated; the last slice to arrive
-    sums the partials, writes C and resets its counter to zero)."""
+    sums the partials, writes C and resets its counter to zero); cluster: the slices of a
+    tile run as one thread-block cluster (sm_90a) and are summed through its distributed
+    shared memory, no global memory at all."""
     WORKSPACE = "workspace"
     ATOMIC = "atomic"
     INKERNEL = "inkernel"
+    CLUSTER = "cluster"
 
 
 class Schedule(_TextEnum):

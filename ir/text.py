@@ -12,7 +12,8 @@ then the optional tokens of fields added later, each only where its field is set
 the default it is left out, so every earlier text keeps its meaning): `l2first` where
 l2_hint is stream_first, then `swap` where swap_ab is true, then `pdl` where pdl is true.
 `kS` reduces split-K slices
-through a workspace, `kSa` with atomics, `kSi` inside the kernel (inkernel). Every
+through a workspace, `kSa` with atomics, `kSi` inside the kernel (inkernel), `kSc` through
+a cluster's shared memory (cluster). Every
 Program has exactly one text form and `parse(to_text(p)) == p`. Logs, the tuned
 database, regression files and the LLM policy all use this form.
 """
@@ -35,7 +36,8 @@ _WARP_SPEC = {WarpSpec.NONE: "nows", WarpSpec.COOPERATIVE: "coop",
 _L2_HINT = {L2Hint.NONE: "", L2Hint.STREAM_FIRST: "l2first"}  # optional tokens, in order
 _SWAP = {False: "", True: "swap"}
 _PDL = {False: "", True: "pdl"}
-_REDUCTION = {Reduction.WORKSPACE: "", Reduction.ATOMIC: "a", Reduction.INKERNEL: "i"}
+_REDUCTION = {Reduction.WORKSPACE: "", Reduction.ATOMIC: "a", Reduction.INKERNEL: "i",
+              Reduction.CLUSTER: "c"}
 _OPTIONAL = {"l2_hint": _L2_HINT, "swap_ab": _SWAP, "pdl": _PDL}  # tokens only when set
 _DEFAULT_NAMES = {"l2_hint": "none", "swap_ab": "noswap", "pdl": "nopdl"}  # in messages
 
@@ -121,9 +123,9 @@ def parse(text: str) -> Program:
     order_group = re.fullmatch(r"(row|col)/(\d+)", raster)
     if not order_group:
         raise IRError(f"raster: {raster!r} is not of the form row/G or col/G")
-    split_m = re.fullmatch(r"k(\d+)([ai]?)", split)
+    split_m = re.fullmatch(r"k(\d+)([aic]?)", split)
     if not split_m:
-        raise IRError(f"split_k: {split!r} is not of the form kN, kNa or kNi")
+        raise IRError(f"split_k: {split!r} is not of the form kN, kNa, kNi or kNc")
     cm, cn = _match(r"c(\d+)x(\d+)", cluster, "cluster", "cCMxCN")
     return Program(
         backend=backend,

@@ -20,6 +20,8 @@ _HOPPER_ONLY = {
     "epilogue": ("the TMA store epilogue", lambda p: p.epilogue.value == "tma"),
     "l2_hint": ("TMA loads with L2 cache hints", lambda p: p.l2_hint.value != "none"),
     "pdl": ("programmatic dependent launches (griddepcontrol)", lambda p: p.pdl),
+    "split_k": ("split-K slices summed through a cluster",
+                lambda p: p.split_k.reduction.value == "cluster"),
 }
 
 

@@ -56,12 +56,14 @@ _ARCH_NOTES = {
 
 _TEXT_LEGEND = ("Programs are shown in the canonical text form: backend arch BMxBNxBK "
                 "wWMxWN sSTAGES swizzle raster/GROUP padding "
-                "kSPLIT[a=atomic, i=inkernel] schedule cCMxCN warp_spec epilogue "
+                "kSPLIT[a=atomic, i=inkernel, c=cluster] schedule cCMxCN warp_spec epilogue "
                 "[l2first = l2_hint stream_first] [swap = swap_ab true] [pdl = pdl true]. "
                 "swap_ab computes "
                 "C^T = B^T A^T so a small M sits on the MMA's narrow N side (C is written "
                 "transposed); tile and warps stay in the problem's terms (bm, wm along M). "
-                "split_k inkernel sums the slices inside the kernel (no reduce kernel). pdl "
+                "split_k inkernel sums the slices inside the kernel (no reduce kernel); "
+                "cluster runs a tile's slices as one cluster and sums them through its "
+                "shared memory (sm_90a, cluster c1x1, schedule dp). pdl "
                 "lets the kernel's set-up overlap the previous kernel's tail (programmatic "
                 "dependent launch).")
 

@@ -68,14 +68,58 @@ def test_in_kernel_split_k_has_no_reduce_launch_and_no_memset():
     text = lowered(IN_KERNEL, LLM)
     for needle in ["constexpr bool kInKernelReduce = true;", "splitk_arrive(args, w, place",
                    "atomicAdd(counter, 1)", "atomicExch(counter, 0)",
-                   "if (kSplitK > 1 && !kInKernelReduce)", "splitk_counters("]:
+                   "if (kSplitK > 1 && !kInKernelReduce && !kClusterReduce)", "splitk_counters("]:
         assert needle in text, needle
     plain = lowered(IN_KERNEL.replace("k4i", "k4"), LLM)
     assert "constexpr bool kInKernelReduce = false;" in plain and "splitk_arrive" not in plain
 
 
+CLUSTER_K = "cuda_wgmma sm_90a 8x64x256 w1x1 s5 sw128 row/8 pred k4c dp c1x1 coop direct swap pdl"
+
+
+def test_cluster_split_k_sums_through_distributed_shared_memory():
+    """split_k kSc: a tile's slices are one cluster of that many CTAs, consecutive units;
+    ranks above 0 leave their accumulators in shared memory, rank 0 adds them through mapa
+    and ld.shared::cluster between two cluster barriers; no workspace, counters or reduce
+    kernel, and the producer warpgroup takes both barriers too."""
+    program = parse(CLUSTER_K)
+    ctx = make_context(program, LLM)
+    assert ctx.cluster_k == 4 and ctx.red_bytes == 64 // 64 * 4 * 128 * 4  # 1 m64 block, 8 cols
+    text = lowered(CLUSTER_K, LLM)
+    for needle in ["constexpr int kClusterK = 4;", "cluster_reduce(r, c, acc)",
+                   "ld.shared::cluster.b32", "cluster_map(mine, s)",
+                   "const int slice = kClusterReduce ? u % kClusterK : u / tiles;",
+                   "attrs[n].val.clusterDim.x = kLaunchCluster;",
+                   "if (kSplitK > 1 && !kInKernelReduce && !kClusterReduce)"]:
+        assert needle in text, needle
+    body = text[text.index("__global__ void"):]
+    producer = body[body.index("loads.drain(r);"):body.index("} else {")]
+    assert producer.count("cluster_sync();") == 2
+    assert "cluster_reduce(r, c, acc)" not in lowered(IN_KERNEL, LLM)
+    assert make_context(parse(CLUSTER_K.replace("k4c", "k1")), LLM).red_bytes == 0
+
+
+@pytest.mark.parametrize("text, problem, says", [
+    (CLUSTER_K.replace("k4c", "k16c"), LLM, "at most 8 slices"),
+    (CLUSTER_K.replace("c1x1", "c2x1"), LLM, "use cluster c1x1 with it"),
+    (CLUSTER_K.replace(" dp ", " persistent "), LLM, "use schedule dp"),
+    ("cuda_wgmma sm_90a 128x128x64 w1x1 s3 sw128 row/8 pred k2c dp c1x1 pingpong direct",
+     Problem(256, 256, 8192, "nn", "f32"), "not pingpong"),
+    ("triton sm_90a 64x64x128 w1x4 s4 swnone row/8 pred k2c dp c1x1 nows direct", LLM,
+     "triton reduces split-K slices by atomic, inkernel, workspace"),
+    ("cuda_mma sm_80 128x128x32 w2x2 s3 swnone row/1 pred k2c dp c1x1 nows direct", LLM,
+     "split_k: split-K slices summed through a cluster need sm_90a"),
+])
+def test_cluster_split_k_declines_with_a_reason(text, problem, says):
+    reason = check(parse(text), problem)
+    assert reason and says in reason, reason
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("text, problem, hgmma", [
+    (CLUSTER_K, LLM, "HGMMA.64x8x16.F32"),
+    (CLUSTER_K.replace("k4c", "k2c").replace(" swap pdl", "").replace("8x64x256", "64x64x128")
+     .replace("s5", "s6"), Problem(4096, 64, 4096, "nn", "f16"), "HGMMA.64x64x16.F16"),
     (SWAP_SPLIT, LLM, "HGMMA.64x8x16.F32"),
     (SWAP, Problem(16, 4096, 4096, "nt", "f16"), "HGMMA.64x16x16.F16"),
     (IN_KERNEL, Problem(128, 128, 16384, "nn", "f32"), "HGMMA.64x64x16.F32"),

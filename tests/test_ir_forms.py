@@ -70,7 +70,7 @@ def test_key_and_name_follow_content():
     (EXAMPLE.replace("row/8", "diag/8"), "raster: 'diag/8' is not of the form"),
     (EXAMPLE.replace("cuda_mma", "CUDA!"), "backend: 'CUDA!' is not a backend name"),
     (EXAMPLE + " l2last", "'l2last' is not an optional token"),
-    (EXAMPLE.replace("k4a", "k4r"), "split_k: 'k4r' is not of the form kN, kNa or kNi"),
+    (EXAMPLE.replace("k4a", "k4r"), "split_k: 'k4r' is not of the form kN, kNa, kNi or kNc"),
     (EXAMPLE + " l2first x", "'x' is not an optional token"),
     (EXAMPLE + " swap l2first", "'l2first' is not an optional token, or is out of place"),
     (EXAMPLE + " swap swap", "'swap' is not an optional token, or is out of place"),

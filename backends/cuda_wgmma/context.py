@@ -44,6 +44,7 @@ ACC_HEADROOM_REGS = 40       # addressing, descriptors and loop state beside the
                              # (192 accumulators in 232 registers build without spills)
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
+MAX_CLUSTER_SLICES = 8       # split-K slices summed through one cluster (the portable limit)
 STREAM_K_MIN_WG_N = 16       # stream_k: its workspace takes accumulators 4 x 32 bits at a time
 PINGPONG_CONSUMERS = 2       # ping-pong: two consumer warpgroups, each on its own tiles
 EPI_BOX = 64                 # epilogue tma: C leaves shared memory in 64 x 64 boxes
@@ -111,6 +112,8 @@ class WgmmaContext:
     split_k: int
     atomic_reduce: bool
     inkernel_reduce: bool    # split-K summed by the last slice to arrive, in the kernel
+    cluster_k: int           # split_k cluster: a tile's slices as one cluster (else 1)
+    red_bytes: int           # shared memory where its ranks > 0 leave their accumulators
     swap_ab: bool            # the kernel computes C^T = B^T A^T (kernel_view's geometry)
     pdl: bool                # launched for programmatic dependent launch (griddepcontrol)
     predicate: bool
@@ -174,6 +177,12 @@ def geometry(program: Program, layout: Layout) -> dict:
     fits_two = consumers * EPI_BUFFERS * EPI_BOX_BYTES <= room
     epi_buffers = (EPI_BUFFERS if fits_two else 1) if epi_tma else 0
     epi_bytes = consumers * epi_buffers * EPI_BOX_BYTES
+    # split_k cluster: every consumer thread's accumulators, fp32 (f16 packs two: room to
+    # spare), where rank 0 of the cluster reads them
+    cluster_k = (program.split_k.slices
+                 if program.split_k.reduction == Reduction.CLUSTER else 1)
+    red_bytes = (consumers * (t.bm // w.wm // WGMMA_M) * acc_regs(t.bn // w.wn, Accum.F32)
+                 * WARPGROUP_THREADS * 4 if cluster_k > 1 and not pingpong else 0)
     c = program.cluster
     return dict(
         consumers=consumers, pingpong=pingpong, producer=producer, threads=threads,
@@ -184,7 +193,8 @@ def geometry(program: Program, layout: Layout) -> dict:
         wg_m=t.bm // w.wm, wg_n=t.bn // w.wn, nt=nt,
         a_boxes=t.bk // SWIZZLE_HALFS, b_boxes=b_boxes, b_box_rows=b_box_rows,
         a_box_bytes=t.bm * SWIZZLE_BYTES, b_box_bytes=b_box_rows * SWIZZLE_BYTES,
-        smem_bytes=ring_bytes + epi_bytes,
+        cluster_k=cluster_k, red_bytes=red_bytes,
+        smem_bytes=ring_bytes + epi_bytes + red_bytes,
     )
 
 
@@ -255,6 +265,10 @@ def _kernel_reason(program: Program, problem: Problem | None) -> str | None:
         return (f"warps.wn: stream_k moves accumulators to its workspace four registers at a "
                 f"time, so a warpgroup needs at least {STREAM_K_MIN_WG_N} columns (f16 packs "
                 f"two per register), not {g['wg_n']}")
+    if g["cluster_k"] > 1:
+        why = _cluster_reduce_reason(program, g)
+        if why:
+            return why
     if g["epi_tma"] and program.split_k.slices > 1:
         return ("epilogue: split-K writes fp32 partials that a reduce kernel sums into C; "
                 "use epilogue direct with split_k > 1")
@@ -272,6 +286,24 @@ def _kernel_reason(program: Program, problem: Problem | None) -> str | None:
                 f"{g['smem_bytes']} B of shared memory (alignment slack and barriers "
                 f"included); {program.arch.value} allows {budget} B per CTA")
     return _alignment_reason(program, problem)
+
+
+def _cluster_reduce_reason(program: Program, g: dict) -> str | None:
+    """Why split_k cluster (the slices of a tile as one cluster) can't serve, or None."""
+    k, c = program.split_k.slices, program.cluster
+    if k > MAX_CLUSTER_SLICES:
+        return (f"split_k: a cluster sums at most {MAX_CLUSTER_SLICES} slices (the portable "
+                f"cluster size); got k{k}c")
+    if c.size > 1:
+        return (f"cluster: split_k k{k}c makes each tile's {k} slices the cluster; use "
+                f"cluster c1x1 with it, not c{c.cm}x{c.cn}")
+    if program.schedule != Schedule.DATA_PARALLEL:
+        return (f"schedule: split_k k{k}c gives each CTA one slice of one tile; use "
+                f"schedule dp, not {program.schedule.value}")
+    if g["pingpong"]:
+        return (f"warp_spec: split_k k{k}c needs every consumer on the CTA's one tile; use "
+                f"coop or nows, not pingpong")
+    return None
 
 
 def _alignment_reason(program: Program, problem: Problem | None) -> str | None:
@@ -328,6 +360,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         split_k=program.split_k.slices,
         atomic_reduce=program.split_k.reduction == Reduction.ATOMIC,
         inkernel_reduce=program.split_k.reduction == Reduction.INKERNEL,
+        cluster_k=g["cluster_k"], red_bytes=g["red_bytes"],
         swap_ab=program.swap_ab,
         pdl=program.pdl,
         predicate=program.padding == Padding.PREDICATE,

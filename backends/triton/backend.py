@@ -92,7 +92,7 @@ class TritonBackend(Backend):
         "pdl": frozenset({False, True}),
     }
     max_stages = 16
-    reductions = frozenset(Reduction)
+    reductions = frozenset(Reduction) - {Reduction.CLUSTER}
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         if program.arch == Arch.SM90A:

@@ -1,7 +1,8 @@
 """GPU tier for cuda_wgmma's small-problem kernels (an H100/H200): operand swap (C^T =
-B^T A^T, C written transposed), token-side tiles in steps of 8, deep rings, and split-K
+B^T A^T, C written transposed), token-side tiles in steps of 8, deep rings, split-K
 reduced inside the kernel (the last slice to arrive sums the planes and leaves its counter
-at zero, so repeated launches and launches on two streams stay right).
+at zero, so repeated launches and launches on two streams stay right), and split-K summed
+through a cluster's shared memory (k2c..k8c).
 
 Fresh random normal inputs per test, the output NaN-filled first, every element compared
 with an fp32 reference (tests/gpu/correctness.py); shapes from M = 1 to 4099, odd N and K.
@@ -31,6 +32,15 @@ IN_KERNEL = [  # both layouts
     "cuda_wgmma sm_90a 128x128x64 w2x1 s4 sw128 row/8 padop k3i persistent c1x1 coop direct",
     "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k2i persistent c1x1 pingpong direct",
 ]
+CLUSTER_K = [  # split-K summed through the cluster's shared memory (k2c/k4c/k8c)
+    "cuda_wgmma sm_90a 64x64x128 w1x1 s6 sw128 row/8 pred k2c dp c1x1 coop direct pdl",
+    "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 padop k4c dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s4 sw128 row/8 pred k8c dp c1x1 coop direct",
+]
+CLUSTER_K_SWAPPED = [
+    "cuda_wgmma sm_90a 8x64x256 w1x1 s5 sw128 row/8 pred k2c dp c1x1 coop direct swap pdl",
+    "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k4c dp c1x1 coop direct swap pdl",
+]
 PDL = [  # programmatic dependent launch: launched early, waits for the previous kernel
     "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct pdl",
     "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k4i dp c1x1 coop direct pdl",
@@ -44,19 +54,24 @@ TMA_ROW_ALIGN = 8
 
 
 def jobs():
-    return ([(t, "nt", acc) for t in SWAPPED for acc in ACCS]
-            + [(t, lay, acc) for t in IN_KERNEL + PDL for lay in ("nn", "nt") for acc in ACCS])
+    return ([(t, "nt", acc) for t in SWAPPED + CLUSTER_K_SWAPPED for acc in ACCS]
+            + [(t, lay, acc) for t in IN_KERNEL + PDL + CLUSTER_K for lay in ("nn", "nt")
+               for acc in ACCS])
 
 
 @pytest.fixture(scope="session")
-def kernels():
+def kernels(request):
+    """Every job's kernel that a selected test names (so `-k k2c` builds only those)."""
     target = pipeline.current_target()
+    named = {item.callspec.params.get("text") for item in request.session.items
+             if hasattr(item, "callspec")}
 
     def build(job):
         text, lay, acc = job
         return job, pipeline.compile(parse(text), Problem(256, 256, 256, lay, acc), target)
     with ThreadPoolExecutor(16) as pool:
-        return {job: pipeline.load(art) for job, art in pool.map(build, jobs())}
+        return {job: pipeline.load(art)
+                for job, art in pool.map(build, [j for j in jobs() if j[0] in named])}
 
 
 def readable(text: str, shape, layout: str) -> bool:
@@ -98,7 +113,7 @@ def test_swap_needs_layout_nt():
     assert reason and "layout nt" in reason
 
 
-@pytest.mark.parametrize("text", PDL)
+@pytest.mark.parametrize("text", PDL + CLUSTER_K[:1])
 @pytest.mark.parametrize("graph", [False, True], ids=["stream", "graph"])
 def test_pdl_chain_reads_each_previous_output(kernels, text, graph):
     """y <- y @ W six times back to back (each launch reads the output the launch before
