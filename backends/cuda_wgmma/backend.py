@@ -22,7 +22,9 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      half2 or predicated stores elsewhere -- or to fp32 split-K partials that a reduce
      kernel sums (workspace) or accumulates (atomic), or (inkernel) that the last slice to
      arrive on a per-warp counter adds to its own registers before it writes C, leaving the
-     counter at zero for the next launch (templates/epilogue.cuh.jinja, splitk_arrive).
+     counter at zero for the next launch (templates/epilogue.cuh.jinja, splitk_arrive), or
+     (cluster) that the tile's other slices, the CTAs of its cluster, leave in their shared
+     memory for rank 0 to add between two cluster barriers (cluster_reduce).
      Epilogue tma: each consumer writes 64 x 64 boxes of C into two
      swizzled shared-memory buffers in turn and stores each with cp.async.bulk.tensor (TMA
      clips at the edges); a C that TMA can't write (not 16-byte aligned, n % 8 != 0) takes
