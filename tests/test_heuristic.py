@@ -67,13 +67,19 @@ def test_default_program_falls_back_where_the_first_backend_cannot_serve(monkeyp
 
 def test_small_problems_get_the_small_hopper_forms():
     """Below SEED_MIN_FLOPS on sm_90a: a token side of <= 48 rows (nt) on wgmma's narrow side in
-    the smallest tile of 8/16/32/48 holding it, split in the kernel where N's 64-row tiles
-    fill under a wave; long K over few tiles split through the workspace; deep rings, coop."""
+    the smallest tile of 8/16/32/48 holding it; a decode step (<= 32 tokens, K >= 2048)
+    streams the weights 256 deep, unsplit, in as many stages as fit; otherwise split in the
+    kernel where N's 64-row tiles fill under a wave; long K over few tiles split through the
+    workspace; deep rings, coop."""
     def first(text):
         return default_program(parse_problem(text), Arch.SM90A)
     decode = first("1x4096x4096 nt f32")
-    assert decode.swap_ab and decode.tile.bm == 8 and field_text("split_k", decode.split_k) == "k2i"
-    assert first("40x4096x4096 nt f32").tile.bm == 48
+    assert decode.swap_ab and decode.tile.bm == 8 and decode.tile.bk == 256
+    assert field_text("split_k", decode.split_k) == "k1" and decode.stages == 6
+    assert (first("16x4096x4096 nt f32").tile.bm, first("32x4096x14336 nt f32").tile.bm) == (16, 32)
+    assert first("1x4096x1024 nt f32").tile.bk == 64  # a short K: the 64-deep form
+    wider = first("40x4096x4096 nt f32")  # past decode: 64 deep, split in the kernel
+    assert wider.tile.bm == 48 and field_text("split_k", wider.split_k) == "k2i"
     assert first("16x28672x4096 nt f32").split_k.slices == 1  # 448 weight tiles: no split
     assert not first("16x4096x4096 nn f32").swap_ab           # swap needs layout nt
     long_k = first("128x128x16384 nn f32")
