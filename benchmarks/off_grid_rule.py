@@ -31,35 +31,23 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sqlite3
 import statistics
 import sys
 from pathlib import Path
 
 from gemmforge.ir.program import Arch
-from gemmforge.search.choice import MAX_DISTANCE, RULES, pick, resolve, shipped_candidates
-from gemmforge.search.devices import lookup_classes
-from gemmforge.search.shapes import parse_shapes
+from gemmforge.search import ranker
+from gemmforge.search.choice import (MAX_DISTANCE, RULES, learned_pick, pick, resolve,
+                                     shipped_candidates)
+from gemmforge.search.devices import lookup_classes, multiprocessors
+from gemmforge.search.ranker_train import dataset, fold_models, model_json, readings
 from gemmforge.search.shipped import ShippedFile, shipped
 
 TARGET = 0.95
 ARCH = Arch.SM90A
 
 
-def portfolio(path: str) -> dict:
-    """{problem: {program text: cuBLAS ratio, 0.0 where it failed}} of a campaign store's
-    portfolio pass (read-only)."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    out: dict = {}
-    for problem, text, status, speedup in con.execute(
-            "SELECT m.problem, p.text, m.status, m.speedup FROM measurements m "
-            "JOIN programs p ON p.id = m.program WHERE m.pass = 'portfolio'"):
-        shape, layout, acc = problem.split()
-        key = parse_shapes(shape, layout, acc)[0]
-        ratio = speedup if status == "ok" and speedup else 0.0
-        out.setdefault(key, {})[text] = max(ratio, out.get(key, {}).get(text, 0.0))
-    con.close()
-    return out
+portfolio = readings  # {problem: {program text: cuBLAS ratio, 0.0 failed}}, read-only
 
 
 def _heuristic(problem):
@@ -67,17 +55,22 @@ def _heuristic(problem):
     return default_program(problem, ARCH)
 
 
-def off_grid_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE) -> dict:
-    """{rule: {problem: program text}} as resolve serves each shape from the shipped file."""
+def off_grid_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE,
+                   model=None) -> dict:
+    """{rule: {problem: program text}} as resolve serves each shape from the shipped file
+    (the learned rule with `model`, None: the package's model file)."""
     return {rule: {p: str(resolve(p, ARCH, cls, use_tuned=False, rule=rule,
-                                  max_distance=reach).program)
+                                  max_distance=reach, model=model).program)
                    for p in readings} for rule in RULES}
 
 
-def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE) -> dict:
+def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE,
+                        folds: int = 5, seed: int = 0) -> dict:
     """{rule: {problem: program text}} for each shape with a shipped row of `cls`, resolved
-    from the shipped file without that shape's rows."""
+    from the shipped file without that shape's rows; the learned rule's model trained on
+    `readings` without the shape's fold (search.ranker_train.fold_models)."""
     book, classes = shipped(), lookup_classes(cls)
+    models = _fold_rankers(readings, cls, folds, seed) if "learned" in RULES else {}
     out: dict = {rule: {} for rule in RULES}
     for p in readings:
         if book.exact(cls, p) is None:
@@ -85,8 +78,22 @@ def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE) -
         held_out = ShippedFile([r for r in book.rows if r.problem != p])
         found = shipped_candidates(p, ARCH, classes, held_out, reach)
         for rule in RULES:
-            choice = pick(p, found, classes, rule) if found else None
+            choice = (pick(p, found, classes, "waves" if rule == "learned" else rule)
+                      if found else None)
+            if choice is not None and rule == "learned" and p in models:
+                choice = learned_pick(p, choice, held_out, model=models[p])
             out[rule][p] = str(choice.program if choice else _heuristic(p))
+    return out
+
+
+def _fold_rankers(readings: dict, cls: str, folds: int, seed: int) -> dict:
+    """{problem: the search.ranker.Ranker trained without its fold}, through the file form."""
+    data = dataset(readings, multiprocessors(cls))
+    layout = str(data[5][0].layout)
+    out = {}
+    for model, held, seen in fold_models(data, folds, seed):
+        ranked = ranker.from_json(model_json(model, cls, layout, seen, {}))
+        out.update({data[5][i]: ranked for i in held})
     return out
 
 

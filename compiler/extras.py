@@ -12,6 +12,7 @@ from types import ModuleType
 
 EXTRAS = {
     "optuna": "search", "sqlalchemy": "search", "matplotlib": "search", "psycopg": "search",
+    "sklearn": "search",
     "triton": "triton", "vllm": "llm", "torch": "torch", "cutlass": "cute-dsl",
     "cutlass_library": "cutlass",
 }

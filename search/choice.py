@@ -45,7 +45,11 @@ the box (m = 1 to 31: a GEMV, not a GEMM the grid measured) or more than an octa
 every tuned shape, where a program's tile and schedule no longer describe the problem."""
 
 SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
-RULES = ("waves", "nearest")    # how a shipped neighbour is picked (module doc)
+RULES = ("learned", "waves", "nearest")  # how a shipped neighbour is picked (module doc)
+DEFAULT_RULE = "waves"
+MIN_TRAINED_SHAPES = 100
+"""The learned rule ranks a shipped program only where its model saw that program timed at
+this many shapes or more (search.ranker.Ranker.programs); the wave rule's pick always."""
 
 
 def distance(a: Problem, b: Problem) -> float:
@@ -60,7 +64,9 @@ class Choice:
     the heuristic; `measured` is the problem whose measurement chose it, `device_class`
     the class that measured it, `speedup` its measured cuBLAS/kernel ratio, `command` the
     command that measured it (where known), `kernel_us` its measured kernel time there (µs),
-    `predicted_us` the wave rule's time for it at the asked shape (None: not predicted)."""
+    `predicted_us` the wave rule's time for it at the asked shape (None: not predicted),
+    `ranked` how many shipped programs the learned rule ranked to choose it (None: it did
+    not rank)."""
 
     program: Program
     source: str  # "tuned", "shipped" or "heuristic"
@@ -71,6 +77,7 @@ class Choice:
     command: str = ""
     kernel_us: float | None = None
     predicted_us: float | None = None
+    ranked: int | None = None
 
     @property
     def provenance(self) -> str:
@@ -89,24 +96,28 @@ class Choice:
             parts.append(f"{self.speedup:.3f}x cuBLAS measured")
         if self.predicted_us is not None:
             parts.append(f"{self.predicted_us:.3g} us predicted here by waves of tiles")
+        if self.ranked is not None:
+            parts.append(f"ranked first of {self.ranked} shipped programs by the learned model")
         return f"program: {self.provenance} ({', '.join(parts)})"
 
 
 def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
             tuned_url: str | None = None, shipped_path=None, use_tuned: bool = True,
             max_distance: float = MAX_DISTANCE, exclude: frozenset = frozenset(),
-            rule: str = "waves") -> Choice:
+            rule: str = DEFAULT_RULE, model=None) -> Choice:
     """The program for `problem` on a device of `device_class` (None: no measured source
     applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
-    `rule`: how a shipped neighbour is picked, one of RULES."""
+    `rule`: how a shipped neighbour is picked, one of RULES; `model`: the learned rule's
+    search.ranker.Ranker (None: the package's model file)."""
     classes = lookup_classes(device_class) if device_class else ()
+    book = _book(shipped_path)
     found = [*(_tuned(problem, arch, classes, max_distance, tuned_url) if use_tuned else []),
-             *shipped_candidates(problem, arch, classes, _book(shipped_path), max_distance,
-                                 exclude)]
+             *shipped_candidates(problem, arch, classes, book, max_distance, exclude)]
     found = [c for c in found if c.program.backend not in exclude]
     if found:
-        return pick(problem, found, classes, rule)
+        chosen = pick(problem, found, classes, "waves" if rule == "learned" else rule)
+        return learned_pick(problem, chosen, book, exclude, model) if rule == "learned" else chosen
     from gemmforge.policy.heuristic import PREFERRED, default_program
     for backend in [b for b in PREFERRED[arch] if b not in exclude] if exclude else [None]:
         try:
@@ -133,6 +144,50 @@ def pick(problem: Problem, found: list[Choice], classes: tuple[str, ...],
     timed = [(c.predicted_us, rank, c) for rank, c in enumerate(map(
         lambda c: _predicted(c, problem), ranked)) if c.predicted_us is not None]
     return min(timed, key=lambda t: t[:2])[2] if timed else nearest
+
+
+def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
+                 model=None) -> Choice:
+    """The learned rule (module doc): where `fallback` (the wave rule's pick) is a shipped
+    neighbour of the model's device class and layout, the distinct shipped program of that
+    class that `model` (None: search.ranker.load()) ranks best among those usable at
+    `problem`; else, or with no model, `fallback`."""
+    if fallback.source != "shipped" or fallback.distance == 0.0:
+        return fallback
+    from gemmforge.search import ranker
+    model = model if model is not None else ranker.load()
+    sms = multiprocessors(fallback.device_class)
+    if (model is None or sms is None or model.device_class != fallback.device_class
+            or model.layout != problem.layout.value):
+        return fallback
+    rows = _learned_rows(problem, fallback, book, model, exclude)
+    if len(rows) < 2:
+        return fallback
+    scores = model.scores([r.program for r in rows], problem, sms)
+    best = rows[int(scores.argmax())]  # the first of equals: the fallback's program leads
+    if best.program_text == str(fallback.program):
+        return replace(fallback, ranked=len(rows))
+    return Choice(best.program, "shipped", distance(problem, best.problem), best.problem,
+                  best.device_class, best.speedup, best.measured.get("command", ""),
+                  best.figures.get("kernel_us"), ranked=len(rows))
+
+
+def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude) -> list:
+    """One shipped row per distinct program the learned rule ranks at `problem`: the
+    fallback's, then each program of the class's rows that `model` saw timed at
+    MIN_TRAINED_SHAPES shapes or more, usable here; of each program its nearest row."""
+    keep = str(fallback.program)
+    nearest: dict = {}
+    for row in book.group(fallback.device_class, problem):
+        text = row.program_text
+        if text != keep and model.programs.get(text, 0) < MIN_TRAINED_SHAPES:
+            continue
+        d = distance(problem, row.problem)
+        if text not in nearest or d < nearest[text][0]:
+            nearest[text] = (d, row)
+    rows = [nearest[t][1] for t in sorted(nearest, key=lambda t: (t != keep, t))]
+    return [r for r in rows if r.program.arch == fallback.program.arch
+            and r.program.backend not in exclude and usable(r.program, problem)]
 
 
 def _predicted(c: Choice, problem: Problem) -> Choice:

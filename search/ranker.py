@@ -1,0 +1,204 @@
+"""A learned cost model of shipped programs at shapes they were not measured at.
+
+    model = load()                                   # None: no model file, or unreadable
+    model.scores(programs, Problem(77, 4096, 4096), sms=132)   # higher: predicted faster
+
+search.choice's "learned" rule ranks every distinct shipped program of a device class that
+is usable at a shape by this model and serves the best. The model predicts log(cuBLAS time
+/ kernel time) of a program at a shape (its cuBLAS ratio; at one shape cuBLAS is common to
+every candidate, so the order is that of predicted kernel time) from the shape, the
+program's fields and quantities derived from both (features()): tiles, waves of tiles on the
+class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot work
+(search.waves) over the ideal, bytes moved per multiply-add. It was trained on the grid
+campaign's portfolio readings (search.ranker_train: every program of a shape timed in one
+group beside cuBLAS) and never on the shapes it is judged on off the grid.
+
+The model file (search/data/ranker_h100.json) is plain JSON, evaluated with numpy alone (no
+torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a flat list of
+nodes, plus the command that trained it and its validation figures. Its format:
+
+    {"format": "gemmforge-ranker/1", "device_class": "h100", "layout": "nn",
+     "features": [names...], "base": float, "rate": float,
+     "programs": {"<program text>": shapes it was timed at in training, ...},
+     "trees": [{"feature": [...], "threshold": [...], "left": [...], "right": [...],
+                "value": [...]}, ...],     # left/right -1: a leaf, whose value is `value`
+     "trained": {"command": ..., "store": ..., "rows": ..., "shapes": ..., "seed": ...,
+                 "validation": {...}}}
+
+A row goes left where its feature is <= threshold (NaN goes right). Constraints:
+  - the features are the ones named in the file, in that order; a file whose names differ
+    from FEATURES is refused (ModelError), so a feature change needs a retrained file;
+  - scores are comparable only among programs at one shape.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gemmforge.ir.program import Epilogue, Problem, Program, Schedule, WarpSpec
+
+FORMAT = "gemmforge-ranker/1"
+DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json"
+BACKENDS = ("cuda_wgmma", "triton", "cute_cpp")
+
+FEATURES = (
+    # the shape
+    "log2_m", "log2_n", "log2_k", "log2_mnk", "m_mod_64", "n_mod_128",
+    # the program's fields
+    *(f"backend_{b}" for b in BACKENDS), "log2_bm", "log2_bn", "log2_bk", "warps",
+    "stages", "log2_split", "persistent", "stream_k", "cluster", "pingpong", "cooperative",
+    "epilogue_tma", "swap_ab", "pdl", "raster_group",
+    # derived from both
+    "log2_tiles", "waves", "log2_waves", "last_wave_fill", "tile_fill", "log2_k_steps",
+    "k_fill", "log2_slot_over_ideal", "log2_bytes_per_mac", "log2_tile_bytes",
+)
+
+
+class ModelError(ValueError):
+    """The model file is unreadable or not in FORMAT; the message names the file."""
+
+
+def features(program: Program, problem: Problem, sms: int) -> list[float]:
+    """FEATURES of `program` at `problem` on `sms` SMs, as floats (see the module doc)."""
+    m, n, k = problem.m, problem.n, problem.k
+    t, split = program.tile, program.split_k.slices
+    tm, tn = math.ceil(m / t.bm), math.ceil(n / t.bn)
+    tiles = tm * tn * split
+    stream_k = program.schedule == Schedule.STREAM_K
+    waves = max(1.0, tiles / sms) if stream_k else float(math.ceil(tiles / sms))
+    k_steps = math.ceil(math.ceil(k / split) / t.bk)
+    slot = waves * t.bm * t.bn * k_steps * t.bk
+    # operand bytes the tiles read: A once per column of tiles, B once per row of tiles
+    bytes_read = 2.0 * k * (m * tn + n * tm) + 2.0 * m * n * (2 * split - 1)
+    return [
+        math.log2(m), math.log2(n), math.log2(k), math.log2(m * n * k) / 3,
+        (m % 64) / 64, (n % 128) / 128,
+        *(float(program.backend == b) for b in BACKENDS),
+        math.log2(t.bm), math.log2(t.bn), math.log2(t.bk),
+        float(program.warps.wm * program.warps.wn), float(program.stages), math.log2(split),
+        float(program.schedule == Schedule.PERSISTENT), float(stream_k),
+        float(program.cluster.cm * program.cluster.cn),
+        float(program.warp_spec == WarpSpec.PINGPONG),
+        float(program.warp_spec == WarpSpec.COOPERATIVE),
+        float(program.epilogue == Epilogue.TMA), float(program.swap_ab), float(program.pdl),
+        float(program.raster.group),
+        math.log2(tiles), waves, math.log2(waves), tiles / (sms * math.ceil(tiles / sms)),
+        m * n / (tm * t.bm * tn * t.bn), math.log2(k_steps), k / (k_steps * t.bk * split),
+        math.log2(slot * sms / (m * n * k)), math.log2(bytes_read / (m * n * k)),
+        math.log2((t.bm + t.bn) * t.bk * 2 * program.stages),
+    ]
+
+
+@dataclass(frozen=True)
+class Trees:
+    """Gradient-boosted regression trees: prediction = base + rate x sum of leaf values."""
+
+    feature: np.ndarray    # [nodes] int: the feature a node splits on
+    threshold: np.ndarray  # [nodes] float
+    left: np.ndarray       # [nodes] int: global index of the left child, -1 at a leaf
+    right: np.ndarray      # [nodes] int
+    value: np.ndarray      # [nodes] float: a leaf's value
+    roots: np.ndarray      # [trees] int: each tree's first node
+    base: float
+    rate: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Predictions for rows `x` [rows, features]: all trees walked at once, level by level."""
+        rows = np.arange(x.shape[0])[:, None]
+        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        while True:
+            inner = self.left[node] >= 0
+            if not inner.any():
+                break
+            goes_left = x[rows, self.feature[node]] <= self.threshold[node]
+            step = np.where(goes_left, self.left[node], self.right[node])
+            node = np.where(inner, step, node)
+        return self.base + self.rate * self.value[node].sum(axis=1)
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """A trained model (see the module doc) and what the file says about its training."""
+
+    trees: Trees
+    device_class: str
+    layout: str
+    programs: dict  # {program text: shapes the training store timed it at}
+    trained: dict
+    path: Path | None = None
+
+    def scores(self, programs: list[Program], problem: Problem, sms: int) -> np.ndarray:
+        """Predicted log cuBLAS ratio of each of `programs` at `problem` (higher: faster)."""
+        x = np.array([features(p, problem, sms) for p in programs], dtype=np.float64)
+        return self.trees.predict(x.reshape(len(programs), len(FEATURES)))
+
+
+def from_json(data: dict, path: Path | None = None) -> Ranker:
+    """A Ranker from the parsed file (ModelError where it is not one)."""
+    where = f"ranker file {path}" if path else "ranker data"
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ModelError(f"{where}: not a {FORMAT} file")
+    if tuple(data.get("features") or ()) != FEATURES:
+        raise ModelError(f"{where}: its features are not this version's (retrain it)")
+    try:
+        trees = _flatten(data["trees"], float(data["base"]), float(data["rate"]))
+        return Ranker(trees, str(data["device_class"]), str(data["layout"]),
+                      {str(t): int(n) for t, n in (data.get("programs") or {}).items()},
+                      dict(data.get("trained") or {}), path)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelError(f"{where}: bad tree: {e}") from None
+
+
+def _flatten(trees: list[dict], base: float, rate: float) -> Trees:
+    """Every tree's nodes in one array each, child indices made global."""
+    feature, threshold, left, right, value, roots = [], [], [], [], [], []
+    for tree in trees:
+        offset = len(feature)
+        roots.append(offset)
+        feature += tree["feature"]
+        threshold += tree["threshold"]
+        left += [c + offset if c >= 0 else -1 for c in tree["left"]]
+        right += [c + offset if c >= 0 else -1 for c in tree["right"]]
+        value += tree["value"]
+    if not roots or not len(feature) == len(threshold) == len(left) == len(right) == len(value):
+        raise ValueError("no trees, or node lists of unequal length")
+    left_a, right_a = np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)
+    inner = left_a >= 0
+    feature_index = np.where(inner, np.array(feature, dtype=np.int64), 0)  # leaves: unread
+    if (feature_index[inner] < 0).any() or (feature_index >= len(FEATURES)).any():
+        raise ValueError("a node splits on a feature that does not exist")
+    if (right_a[inner] < 0).any() or max(left_a.max(), right_a.max()) >= len(feature):
+        raise ValueError("a node's child is not a node")
+    return Trees(feature_index, np.array(threshold, dtype=np.float64), left_a, right_a,
+                 np.array(value, dtype=np.float64), np.array(roots, dtype=np.int64),
+                 base, rate)
+
+
+def read(path: Path | str) -> Ranker:
+    """Parse a model file (ModelError naming the file and what is wrong)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"ranker file {path}: {e}") from None
+    return from_json(data, path)
+
+
+def load(path: Path | str | None = None) -> Ranker | None:
+    """The model at `path` (default: the package's), read once per path and modification
+    time; None where there is no file or it does not load (the caller falls back)."""
+    path = Path(path) if path is not None else DEFAULT_PATH
+    try:
+        return _cached(path, path.stat().st_mtime_ns)
+    except (OSError, ModelError):
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(path: Path, mtime_ns: int) -> Ranker:
+    return read(path)

@@ -1,0 +1,216 @@
+"""Train search.ranker's model on a campaign store's portfolio readings.
+
+    python3 -m gemmforge.search.ranker_train --store .carry/campaign/rerun_h100.db \
+        --out search/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
+
+A campaign's portfolio pass times every program of a shape in one group beside cuBLAS
+(search.campaign_store; one reading each, kernel protocol). Each reading that passed is one
+training row: the features of the program at the shape (search.ranker.features) and, as
+the target, its log cuBLAS ratio minus the shape's best (the log of its fraction of what
+tuning the shape found, <= 0), weighted by exp(WEIGHT_SLOPE x target) so that the
+programs near a shape's best, the ones a ranking must order, count most. The model is
+scikit-learn's HistGradientBoostingRegressor (scikit-learn: the `search` extra; the file it
+writes needs only numpy), seeded, its trees written out node by node.
+
+With --folds F > 1 it first scores the model F times, trained without one fold of shapes
+(grouped by shape) each time: at each held-out shape the program it ranks first among the
+store's programs (each seen at search.choice.MIN_TRAINED_SHAPES or more training shapes)
+over the best reading there. That figure, with the command, the store, rows and shapes, is
+recorded in the file ("trained"). benchmarks/off_grid_rule.py replays the resolver's rule
+with such fold models.
+
+Constraints: reads the store read-only; layout and accumulator: the store's shapes'
+(nn, f32 for the grid campaign); the same store, seed and scikit-learn version write the
+same file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from gemmforge.ir.program import Problem
+from gemmforge.search import ranker
+from gemmforge.search.ranker import FEATURES, FORMAT, features
+
+WEIGHT_SLOPE = 4.0
+PARAMS = {"max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 63, "min_samples_leaf": 20}
+"""HistGradientBoostingRegressor's settings: chosen by grouped 5-fold scores on the grid
+store alone (benchmarks/NOTES.md, issue 21, the learned rule), sized so the file stays
+a few hundred KB."""
+
+
+def readings(path: str | Path) -> dict:
+    """{problem: {program text: cuBLAS ratio, 0.0 where it failed}} of a campaign store's
+    portfolio pass (opened read-only; a program read twice keeps its best)."""
+    from gemmforge.search.shapes import parse_shapes
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    out: dict = {}
+    try:
+        for problem, text, status, speedup in con.execute(
+                "SELECT m.problem, p.text, m.status, m.speedup FROM measurements m "
+                "JOIN programs p ON p.id = m.program WHERE m.pass = 'portfolio'"):
+            shape, layout, acc = problem.split()
+            key = parse_shapes(shape, layout, acc)[0]
+            ratio = speedup if status == "ok" and speedup else 0.0
+            out.setdefault(key, {})[text] = max(ratio, out.get(key, {}).get(text, 0.0))
+    finally:
+        con.close()
+    return out
+
+
+def dataset(store: dict, sms: int) -> tuple:
+    """(X [rows, FEATURES], target, weight, shape index per row, program text per row,
+    shapes): one row per reading that passed, shapes in text order (module doc)."""
+    from gemmforge.ir.text import parse
+    shapes = sorted(store, key=str)
+    programs: dict = {}
+    x, target, group, texts = [], [], [], []
+    for i, problem in enumerate(shapes):
+        ok = {t: r for t, r in store[problem].items() if r > 0}
+        if not ok:
+            continue
+        best = math.log(max(ok.values()))
+        for text, ratio in sorted(ok.items()):
+            program = programs.setdefault(text, parse(text))
+            x.append(features(program, problem, sms))
+            target.append(math.log(ratio) - best)
+            group.append(i)
+            texts.append(text)
+    target_a = np.array(target)
+    return (np.array(x, dtype=np.float64).reshape(len(target), len(FEATURES)), target_a,
+            np.exp(WEIGHT_SLOPE * target_a), np.array(group), texts, shapes)
+
+
+def fit(x: np.ndarray, target: np.ndarray, weight: np.ndarray, seed: int,
+        params: dict = PARAMS):
+    """A HistGradientBoostingRegressor of `params` fitted to the rows."""
+    from gemmforge.compiler.extras import require
+    require("sklearn")
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    model = HistGradientBoostingRegressor(**params, random_state=seed)
+    return model.fit(x, target, sample_weight=weight)
+
+
+def folds(groups: np.ndarray, count: int) -> list[np.ndarray]:
+    """`count` folds of row indices, whole shapes to a fold (shape i goes to fold i % count,
+    in the dataset's text order of shapes)."""
+    return [np.flatnonzero(groups % count == f) for f in range(count)]
+
+
+def fold_models(data: tuple, count: int, seed: int, params: dict = PARAMS) -> list[tuple]:
+    """[(model, held-out shape indices, programs' training shape counts)] per fold."""
+    x, target, weight, groups, texts, _ = data
+    out = []
+    for held in folds(groups, count):
+        train = np.setdiff1d(np.arange(len(target)), held)
+        seen = Counter(texts[i] for i in train)
+        out.append((fit(x[train], target[train], weight[train], seed, params),
+                    sorted(set(groups[held].tolist())), seen))
+    return out
+
+
+def validate(store: dict, data: tuple, models: list[tuple], sms: int,
+             min_shapes: int) -> dict:
+    """Per held-out shape, the fraction of its best reading that the fold model's first
+    choice reads, among the shape's timed programs seen at `min_shapes` training shapes or
+    more: their geomean, how many reach 0.95, shapes."""
+    from gemmforge.ir.text import parse
+    shapes, fractions = data[5], []
+    for model, held, seen in models:
+        for i in held:
+            timed = {t: r for t, r in store[shapes[i]].items() if r > 0}
+            ranked = sorted(t for t in timed if seen[t] >= min_shapes)
+            if not ranked:
+                continue
+            x = np.array([features(parse(t), shapes[i], sms) for t in ranked])
+            first = ranked[int(model.predict(x).argmax())]
+            fractions.append(timed[first] / max(timed.values()))
+    geo = math.exp(float(np.mean(np.log(fractions)))) if fractions else None
+    return {"folds": len(models), "shapes": len(fractions),
+            "geomean": None if geo is None else round(geo, 4),
+            "at_0.95": sum(f >= 0.95 for f in fractions)}
+
+
+def trees_json(model) -> tuple[float, list[dict]]:
+    """(base, trees) of a fitted HistGradientBoostingRegressor in search.ranker's form: per
+    tree its nodes in sklearn's order, a leaf's feature -1; leaf values carry the learning
+    rate already, so the file's rate is 1."""
+    base = float(np.ravel(model._baseline_prediction)[0])
+    out = []
+    for (predictor,) in model._predictors:
+        nodes = predictor.nodes
+        leaf = nodes["is_leaf"].astype(bool)
+        def inner(field, leaf=leaf):  # sklearn's node fields are unsigned: a leaf's -1 needs int64
+            return np.where(leaf, -1, nodes[field].astype(np.int64)).tolist()
+        out.append({"feature": inner("feature_idx"),
+                    "threshold": [0.0 if f else float(f"{t:.7g}")
+                                  for f, t in zip(leaf, nodes["num_threshold"])],
+                    "left": inner("left"), "right": inner("right"),
+                    "value": [float(f"{v:.6g}") if f else 0.0
+                              for f, v in zip(leaf, nodes["value"])]})
+    return base, out
+
+
+def model_json(model, device_class: str, layout: str, programs: Counter,
+               trained: dict) -> dict:
+    """The model file's content (search.ranker's FORMAT)."""
+    base, trees = trees_json(model)
+    return {"format": FORMAT, "device_class": device_class, "layout": layout,
+            "features": list(FEATURES), "base": base, "rate": 1.0,
+            "programs": dict(sorted(programs.items())), "trained": trained, "trees": trees}
+
+
+def main(argv=None) -> int:
+    from gemmforge.search.choice import MIN_TRAINED_SHAPES
+    from gemmforge.search.devices import multiprocessors
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", required=True, help="the campaign store (sqlite file)")
+    ap.add_argument("--out", required=True, help="the model file to write")
+    ap.add_argument("--device-class", default="h100", help="the class the store measured")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5,
+                    help="grouped folds to validate with first (1: none)")
+    ap.add_argument("--trees", type=int, default=PARAMS["max_iter"],
+                    help="boosting rounds (one tree each)")
+    args = ap.parse_args(argv)
+    params = {**PARAMS, "max_iter": args.trees}
+    sms = multiprocessors(args.device_class)
+    store = readings(args.store)
+    data = dataset(store, sms)
+    layouts = {str(p.layout) for p in data[5]}
+    if len(layouts) != 1:
+        raise SystemExit(f"{args.store}: shapes of layouts {sorted(layouts)}; one per model")
+    validation = (validate(store, data, fold_models(data, args.folds, args.seed, params), sms,
+                           MIN_TRAINED_SHAPES) if args.folds > 1 else None)
+    model = fit(data[0], data[1], data[2], args.seed, params)
+    command = " ".join(["python3 -m gemmforge.search.ranker_train",
+                        *(argv if argv is not None else sys.argv[1:])])
+    trained = {"command": command, "store": Path(args.store).name, "rows": len(data[1]),
+               "shapes": len(data[5]), "seed": args.seed, "params": params,
+               "weight_slope": WEIGHT_SLOPE, "sklearn": _sklearn_version(),
+               "validation": validation}
+    content = model_json(model, args.device_class, layouts.pop(), Counter(data[4]), trained)
+    walked = ranker.from_json(content).trees.predict(data[0])
+    if not np.allclose(walked, model.predict(data[0]), atol=1e-4):
+        raise SystemExit("the written trees do not reproduce scikit-learn's predictions "
+                         f"(scikit-learn {_sklearn_version()}: its tree layout changed?)")
+    Path(args.out).write_text(json.dumps(content, separators=(",", ":")) + "\n")
+    print(f"wrote {args.out}: {len(data[1])} readings of {len(data[5])} shapes; "
+          f"validation {validation}")
+    return 0
+
+
+def _sklearn_version() -> str:
+    import sklearn
+    return sklearn.__version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

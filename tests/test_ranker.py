@@ -1,0 +1,178 @@
+"""search.ranker (the learned cost model) and the resolver's learned rule: the model file
+walks like the trees it was written from, a missing or broken file falls back to the wave
+rule, the rule serves only legal programs of allowed backends, and training works on a tiny
+store."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from gemmforge.ir.program import Arch, Problem
+from gemmforge.ir.text import parse
+from gemmforge.search import ranker
+from gemmforge.search.choice import resolve
+from gemmforge.search.ship import ship
+
+H100 = "NVIDIA H100 80GB HBM3"
+HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
+PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
+TALL = "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
+TRITON = "triton sm_90a 64x64x64 w1x4 s4 swnone row/8 pred k1 dp c1x1 nows direct pdl"
+TRITON_TALL = "triton sm_90a 128x64x64 w1x4 s2 swnone row/8 pred k1 dp c1x1 nows direct pdl"
+BM = ranker.FEATURES.index("log2_bm")
+
+
+def _model(programs=(PINGPONG, TALL, TRITON, TRITON_TALL), shapes=500) -> dict:
+    """A model file's content whose one tree scores a program by its tile's rows:
+    bm 64 -> 0, 128 -> 1, 192 and more -> 2."""
+    tree = {"feature": [BM, -1, BM, -1, -1], "threshold": [6.5, 0, 7.5, 0, 0],
+            "left": [1, -1, 3, -1, -1], "right": [2, -1, 4, -1, -1],
+            "value": [0, 0.0, 0, 1.0, 2.0]}
+    return {"format": ranker.FORMAT, "device_class": "h100", "layout": "nn",
+            "features": list(ranker.FEATURES), "base": 0.5, "rate": 1.0,
+            "programs": {t: shapes for t in programs}, "trained": {"command": "test"},
+            "trees": [tree]}
+
+
+def _shipped(tmp_path, rows):
+    """A shipped file of h100 rows (m, n, k, program, kernel_us)."""
+    lines = [f"{m},{n},{k},nn,f32,{H100},{prog.split()[0]},{prog},ok,{us},{us},1.0,2e-4\n"
+             for m, n, k, prog, us in rows]
+    source = tmp_path / "rows.csv"
+    source.write_text(HEADER + "".join(lines))
+    out = tmp_path / "shipped.json"
+    ship([source], out, "test: measured", "h100")
+    return out
+
+
+def test_the_trees_walk_to_their_leaves():
+    model = ranker.from_json(_model())
+    p = Problem(333, 6144, 4096)
+    scores = model.scores([parse(t) for t in (TRITON, PINGPONG, TALL)], p, 132)
+    assert scores.tolist() == [0.5, 1.5, 2.5]
+    assert model.programs[TALL] == 500 and model.trained == {"command": "test"}
+
+
+def test_a_file_of_another_format_or_feature_list_is_refused(tmp_path):
+    with pytest.raises(ranker.ModelError, match="not a gemmforge-ranker/1"):
+        ranker.from_json({"format": "other"})
+    with pytest.raises(ranker.ModelError, match="features"):
+        ranker.from_json({**_model(), "features": ["log2_m"]})
+    with pytest.raises(ranker.ModelError, match="bad tree"):
+        ranker.from_json({**_model(), "trees": [{"feature": [99, -1, -1], "threshold": [0] * 3,
+                                                 "left": [1, -1, -1], "right": [2, -1, -1],
+                                                 "value": [0] * 3}]})
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    assert ranker.load(broken) is None and ranker.load(tmp_path / "absent.json") is None
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_model()))
+    assert ranker.load(good).device_class == "h100"
+
+
+@pytest.fixture
+def book(tmp_path):
+    # neighbours of 333x6144x4096: the nearest (320) ships PINGPONG, the others one each
+    return _shipped(tmp_path, [(320, 6144, 4096, PINGPONG, 60.0),
+                               (512, 6144, 4096, TALL, 70.0),
+                               (256, 6144, 4096, TRITON, 90.0),
+                               (256, 6144, 8192, TRITON_TALL, 150.0)])
+
+
+def test_the_learned_rule_serves_the_model_s_first_choice(book):
+    kw = dict(shipped_path=book, use_tuned=False)
+    model = ranker.from_json(_model())
+    chosen = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", rule="learned",
+                     model=model, **kw)
+    assert str(chosen.program) == TALL and chosen.ranked == 4
+    assert chosen.provenance == "shipped-nearest"
+    assert chosen.measured == Problem(512, 6144, 4096)
+    assert "ranked first of 4 shipped programs" in chosen.line()
+    again = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", rule="learned",
+                    model=model, **kw)
+    assert again == chosen  # deterministic
+    # an exact row is served as it is, the model not asked
+    exact = resolve(Problem(320, 6144, 4096), Arch.SM90A, "h100", rule="learned",
+                    model=model, **kw)
+    assert str(exact.program) == PINGPONG and exact.ranked is None
+
+
+def test_the_learned_rule_ranks_only_legal_programs_of_allowed_backends(book):
+    kw = dict(shipped_path=book, use_tuned=False, rule="learned",
+              model=ranker.from_json(_model()))
+    # k = 4099: TMA's 16-byte rows fail, so neither wgmma program is legal
+    ragged = resolve(Problem(333, 6144, 4099), Arch.SM90A, "h100", **kw)
+    assert str(ragged.program) == TRITON_TALL and ragged.ranked == 2
+    no_triton = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100",
+                        exclude=frozenset({"cuda_wgmma"}), **kw)
+    assert no_triton.program.backend == "triton"
+    # programs the model saw at too few shapes are not ranked (the wave rule's pick is)
+    rare = ranker.from_json(_model(shapes=3))
+    waves = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", shipped_path=book,
+                    use_tuned=False, rule="waves")
+    assert resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", shipped_path=book,
+                   use_tuned=False, rule="learned", model=rare).program == waves.program
+
+
+def test_without_a_model_file_the_learned_rule_is_the_wave_rule(book, tmp_path, monkeypatch):
+    monkeypatch.setattr(ranker, "DEFAULT_PATH", tmp_path / "absent.json")
+    p = Problem(333, 6144, 4096)
+    learned = resolve(p, Arch.SM90A, "h100", shipped_path=book, use_tuned=False,
+                      rule="learned")
+    waves = resolve(p, Arch.SM90A, "h100", shipped_path=book, use_tuned=False, rule="waves")
+    assert learned == waves
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "gemmforge-ranker/1", "features": []}')
+    monkeypatch.setattr(ranker, "DEFAULT_PATH", broken)
+    assert resolve(p, Arch.SM90A, "h100", shipped_path=book, use_tuned=False,
+                   rule="learned") == waves
+    # a model of another class or layout is not used either
+    other = ranker.from_json({**_model(), "device_class": "a100"})
+    assert resolve(p, Arch.SM90A, "h100", shipped_path=book, use_tuned=False,
+                   rule="learned", model=other) == waves
+
+
+def _store(path, rows):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE programs (id INTEGER PRIMARY KEY, text TEXT)")
+    con.execute("CREATE TABLE measurements (problem TEXT, pass TEXT, round INTEGER, "
+                "program INTEGER, status TEXT, speedup REAL)")
+    texts = sorted({t for _, t, _ in rows})
+    con.executemany("INSERT INTO programs VALUES (?, ?)", list(enumerate(texts, 1)))
+    con.executemany("INSERT INTO measurements VALUES (?, 'portfolio', 0, ?, 'ok', ?)",
+                    [(shape, texts.index(t) + 1, r) for shape, t, r in rows])
+    con.commit()
+    con.close()
+
+
+def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
+    pytest.importorskip("sklearn")
+    from gemmforge.search import ranker_train
+    # synthetic readings: the wide tile wins where m is large, the small one where it is not
+    rows = []
+    for m in (64, 96, 128, 192, 512, 768, 1024, 2048):
+        for n in (1024, 2048, 4096):
+            for k in (512, 1024, 4096):
+                shape = f"{m}x{n}x{k} nn f32"
+                rows += [(shape, TALL, 1.2 if m >= 512 else 0.4),
+                         (shape, TRITON, 0.9), (shape, PINGPONG, 0.6)]
+    store = tmp_path / "store.db"
+    _store(store, rows)
+    out = tmp_path / "ranker.json"
+    assert ranker_train.main(["--store", str(store), "--out", str(out), "--folds", "2",
+                              "--seed", "0", "--trees", "60"]) == 0
+    model = ranker.read(out)
+    assert model.programs == {PINGPONG: 72, TALL: 72, TRITON: 72}
+    assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
+    assert model.trained["validation"]["folds"] == 2
+    programs = [parse(t) for t in (TALL, TRITON, PINGPONG)]
+    big, small = model.scores(programs, Problem(1500, 4096, 2048), 132), \
+        model.scores(programs, Problem(80, 4096, 2048), 132)
+    assert int(np.argmax(big)) == 0 and int(np.argmax(small)) != 0  # TALL wins at large m only
+    again = tmp_path / "again.json"
+    ranker_train.main(["--store", str(store), "--out", str(again), "--folds", "1",
+                       "--trees", "60"])
+    assert json.loads(again.read_text())["trees"] == json.loads(out.read_text())["trees"]
