@@ -4,14 +4,16 @@ file's nearest shape, search.choice) against what tuning that shape itself finds
     gemmforge campaign --storage off_grid_h100.db --shapes @benchmarks/shapes/off_grid_models.txt \
         --search-budget 0 --portfolio ...                  # tune the shapes themselves (GPU)
     python3 benchmarks/off_grid.py --storage off_grid_h100.db [--rounds 10] \
-        [--report-dir DIR] [--name off_grid_h100] [--tuned [URL]]
+        [--report-dir DIR] [--name off_grid_h100] [--tuned [URL]] [--rule learned]
 
 Per shape of the campaign in --storage: `resolved` is search.choice.resolve's program for
-this GPU's device class from the shipped file alone (a shipped neighbour within one octave
-picked by the wave rule, search.waves, else the heuristic's; with `--tuned`, the user's tuned database at URL, default the
-tuner's storage, comes first, as `matmul` reads it: so after `gemmforge tune --quick` the
-quick tune's winners are measured against the campaign's), `tuned` the
-campaign's confirmed winner there. Both are timed again in one fresh group beside cuBLAS
+this GPU's device class from the shipped file alone (where no shipped row is exact, the
+shipped program that search.ranker's model ranks first among those usable at the shape,
+the resolver's default rule `learned`; `--rule waves` the wave rule, search.waves; with
+no shipped row within an octave, the heuristic's; with `--tuned`, the user's tuned
+database at URL, default the tuner's storage, comes first, as `matmul` reads it: so after
+`gemmforge tune --quick` the quick tune's winners are measured against the campaign's),
+`tuned` the campaign's confirmed winner there. Both are timed again in one fresh group beside cuBLAS
 (kernel, cold and call protocols, --rounds rounds, re-gated after timing), and the shape's
 figure is resolved's cuBLAS ratio over tuned's, in that group (1.0 when they are the same
 program). Writes <report-dir>/<name>.csv (two rows per shape: role resolved/tuned, with the
@@ -31,7 +33,7 @@ from gemmforge.ir.program import Arch
 from gemmforge.search.campaign import CONFIRM_BENCH, Campaign
 from gemmforge.search.campaign_runners import GridRunner
 from gemmforge.search.campaign_store import CampaignStore
-from gemmforge.search.choice import resolve
+from gemmforge.search.choice import DEFAULT_RULE, RULES, resolve
 from gemmforge.search.devices import device_class
 from gemmforge.search.report import write_csv
 from gemmforge.search.shapes import parse_shapes
@@ -39,10 +41,11 @@ from gemmforge.search.shapes import parse_shapes
 TARGET = 0.95
 
 
-def pairs(store: CampaignStore, cls: str, tuned_url: str | None = None) -> list:
+def pairs(store: CampaignStore, cls: str, tuned_url: str | None = None,
+          rule: str = DEFAULT_RULE) -> list:
     """(problem, resolved Choice, tuned Result) for each confirmed shape of the store;
     `tuned_url` (None: the shipped file alone; "": the tuner's default storage) is the
-    tuned database the resolver reads first."""
+    tuned database the resolver reads first, `rule` the resolver's rule (search.choice)."""
     options = store.get("options") or {}
     problems = parse_shapes(options.get("shapes", "grid"), options.get("layout", "nn"),
                             options.get("acc", "f32"))
@@ -52,7 +55,7 @@ def pairs(store: CampaignStore, cls: str, tuned_url: str | None = None) -> list:
         tuned = campaign.winner(problem)
         if tuned is not None:
             choice = resolve(problem, Arch.SM90A, cls, use_tuned=tuned_url is not None,
-                             tuned_url=tuned_url or None)
+                             tuned_url=tuned_url or None, rule=rule)
             out.append((problem, choice, tuned))
     return out
 
@@ -66,12 +69,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tuned", nargs="?", const="", default=None, metavar="URL",
                     help="resolve with the user's tuned database first (URL; without one: "
                          "the tuner's default storage), e.g. after gemmforge tune --quick")
+    ap.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                    help="how the resolver picks a shipped program off the grid "
+                         "(default: the resolver's)")
     args = ap.parse_args(argv)
     runner = GridRunner()
     store = CampaignStore(args.storage)
     try:
         cls = device_class(runner.device)
-        todo = pairs(store, cls, args.tuned)
+        todo = pairs(store, cls, args.tuned, args.rule)
         groups = [(p, list(dict.fromkeys([str(c.program), t.program]))) for p, c, t in todo]
         landed = {}
         runner.measure_groups(groups, replace(CONFIRM_BENCH, rounds=args.rounds),
@@ -89,7 +95,7 @@ def main(argv=None) -> int:
             fractions.append(fraction)
         for role, r in (("resolved", resolved), ("tuned", again)):
             results.append(r)
-            extra.append({"role": role, "provenance": choice.provenance,
+            extra.append({"role": role, "rule": args.rule, "provenance": choice.provenance,
                           "distance": choice.distance, "nearest": str(choice.measured or ""),
                           "fraction_of_tuned": fraction})
     path = write_csv(results, args.name, Path(args.report_dir), extra)

@@ -3,12 +3,14 @@ recorded GPU measurements (no GPU; nothing is timed here).
 
     python3 benchmarks/off_grid_rule.py --off-grid .carry/campaign/off_grid_h100.db \
         --grid .carry/campaign/rerun_h100.db [--device-class h100] [--csv off_grid_rule.csv] \
-        [--reach 1.0]
+        [--reach 1.0] [--model search/data/ranker_h100.json] [--folds 5]
 
-Two rules of search.choice.pick: `nearest` (the nearest shipped shape's program within one
-octave, the rule before the wave rule) and `waves` (every shipped neighbour within one
+Three rules of search.choice: `nearest` (the nearest shipped shape's program within one
+octave, the rule before the wave rule), `waves` (every shipped neighbour within one
 octave, its measured time carried to the shape by its waves of tiles, search.waves; the
-shortest predicted time wins). A pick is scored at a shape by the campaign store's portfolio
+shortest predicted time wins) and `learned` (every distinct shipped program of the class
+usable at the shape, ranked by search.ranker's model; where the wave rule's pick is not a
+shipped neighbour, that pick). A pick is scored at a shape by the campaign store's portfolio
 pass there (every program of a shape timed in one group beside cuBLAS, one reading each,
 kernel protocol): the pick's recorded cuBLAS ratio over the best recorded ratio of that pass
 (the reference: what tuning the shape itself found, up to one pass's noise). A pick the
@@ -17,14 +19,18 @@ scores 0.
 
   (a) off grid: each shape of --off-grid (30 model shapes, ~90 programs each), resolved
       from the package's shipped file as `matmul` would (search.choice.resolve, shipped
-      file alone);
-  (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~40
+      file alone; the learned rule with --model, default the package's model file, which
+      was trained on the grid store alone);
+  (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~130
       programs a shape) with a shipped row of the class, resolved from the shipped file
-      without that shape's rows (search.choice.shipped_candidates, else the heuristic's).
+      without that shape's rows (search.choice.shipped_candidates, else the heuristic's);
+      the learned rule's model trained on --grid without the shape's fold (--folds
+      grouped folds of shapes, search.ranker_train.fold_models: five models trained here,
+      minutes of CPU).
 
 Prints per evaluation and rule: shapes, picks timed (coverage), geomean of the fraction,
 how many reach 0.95, and the same on the shapes where every rule's pick was timed.
-`--reach` replaces the resolver's one octave (search.choice.MAX_DISTANCE) for both rules.
+`--reach` replaces the resolver's one octave (search.choice.MAX_DISTANCE) for every rule.
 """
 from __future__ import annotations
 
@@ -137,16 +143,24 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", help="write one row per shape and evaluation here")
     ap.add_argument("--reach", type=float, default=MAX_DISTANCE,
                     help="octaves a neighbour may lie from the shape (default: the resolver's)")
+    ap.add_argument("--model", help="the learned rule's model file off the grid (default: "
+                                    "the package's)")
+    ap.add_argument("--folds", type=int, default=5,
+                    help="grouped folds of the learned rule's models for leave-one-out")
     args = ap.parse_args(argv)
     rows: list = []
     if args.off_grid:
         readings = portfolio(args.off_grid)
-        report("off-grid", readings, off_grid_picks(readings, args.device_class, args.reach),
-               rows)
+        model = ranker.read(args.model) if args.model else ranker.load()
+        if model is None:
+            print("off-grid: no model file: the learned rule is the wave rule", file=sys.stderr)
+        report("off-grid", readings,
+               off_grid_picks(readings, args.device_class, args.reach, model), rows)
     if args.grid:
         readings = portfolio(args.grid)
         report("leave-one-out", readings,
-               leave_one_out_picks(readings, args.device_class, args.reach), rows)
+               leave_one_out_picks(readings, args.device_class, args.reach, args.folds),
+               rows)
     if args.csv and rows:
         with Path(args.csv).open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

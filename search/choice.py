@@ -17,15 +17,33 @@ speedup. So an exact shape always beats a neighbour, and the user's own measurem
 shape beats the shipped one. With no candidate, the heuristic policy's program.
 
 Where that nearest candidate is a shipped neighbour (not an exact row, not the user's tuned
-database), the wave rule picks among ALL the shipped neighbours within MAX_DISTANCE instead:
-each one's measured kernel time carried to this shape by its waves of tiles
-(search.waves.predicted_us: ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs),
-the shortest predicted time winning (ties: the nearest). The nearest neighbour's tile can
-leave a thin last row of tiles (m = 77 in 64-row tiles) or a second wave at this shape; a
-neighbour one step further may not. Replayed on recorded H100 campaigns
-(benchmarks/off_grid_rule.py; offline, not a live measurement): 30 model shapes off the grid
-0.855 -> 0.864 of the best recorded program, leave-one-out over 813 grid shapes 0.945 -> 0.960.
-`rule="nearest"` keeps the nearest alone.
+database), a rule picks among the shipped programs instead (`rule`, default DEFAULT_RULE):
+
+  - "learned": every distinct shipped program of the class (of the arch, not of an excluded
+    backend; those the model saw timed at MIN_TRAINED_SHAPES grid shapes or more, and the
+    wave rule's pick), ranked at this shape by a learned cost model (search.ranker:
+    gradient-boosted trees over the shape, the program's fields and its tiles' waves and
+    padding here, trained on the grid campaign's portfolio readings, shipped as
+    search/data/ranker_h100.json and walked with numpy); the best ranked that is usable
+    here wins, the wave rule's pick among equals. No model file (or one that does not load,
+    or one of another class or layout): the wave rule, silently. A program need not have
+    been measured near this shape: the model carries each one across the grid, which the
+    wave rule's one measured time cannot (a perfect chooser among the neighbours reads
+    only 0.91 of tuning off the grid; the best shipped program anywhere 0.995).
+  - "waves": ALL the shipped neighbours within MAX_DISTANCE, each one's measured kernel
+    time carried to this shape by its waves of tiles (search.waves.predicted_us:
+    ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
+    time winning (ties: the nearest). The nearest neighbour's tile can leave a thin last
+    row of tiles (m = 77 in 64-row tiles) or a second wave at this shape; a neighbour one
+    step further may not.
+  - "nearest": the nearest alone.
+
+Replayed on recorded H100 campaigns (benchmarks/off_grid_rule.py; offline, not a live
+measurement; a pick over the best recorded program at the shape, untimed picks left out):
+30 model shapes off the grid, nearest 0.868 (19 timed), waves 0.898 (21), learned 0.925
+(25); on the 17 shapes all three were timed 0.879 / 0.903 / 0.944. Leave-one-out over 813
+grid shapes (the learned rule's model trained without the shape's fold): 0.927 (758) /
+0.942 (736) / 0.960 (766); on the 704 all timed 0.926 / 0.942 / 0.959.
 """
 from __future__ import annotations
 
@@ -45,8 +63,8 @@ the box (m = 1 to 31: a GEMV, not a GEMM the grid measured) or more than an octa
 every tuned shape, where a program's tile and schedule no longer describe the problem."""
 
 SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
-RULES = ("learned", "waves", "nearest")  # how a shipped neighbour is picked (module doc)
-DEFAULT_RULE = "waves"
+RULES = ("learned", "waves", "nearest")  # how a shipped program is picked (module doc)
+DEFAULT_RULE = "learned"
 MIN_TRAINED_SHAPES = 100
 """The learned rule ranks a shipped program only where its model saw that program timed at
 this many shapes or more (search.ranker.Ranker.programs); the wave rule's pick always."""
@@ -65,8 +83,8 @@ class Choice:
     the class that measured it, `speedup` its measured cuBLAS/kernel ratio, `command` the
     command that measured it (where known), `kernel_us` its measured kernel time there (µs),
     `predicted_us` the wave rule's time for it at the asked shape (None: not predicted),
-    `ranked` how many shipped programs the learned rule ranked to choose it (None: it did
-    not rank)."""
+    `ranked` how many shipped programs the learned rule ranked to choose it, legal here or
+    not (None: it did not rank)."""
 
     program: Program
     source: str  # "tuned", "shipped" or "heuristic"
@@ -97,7 +115,7 @@ class Choice:
         if self.predicted_us is not None:
             parts.append(f"{self.predicted_us:.3g} us predicted here by waves of tiles")
         if self.ranked is not None:
-            parts.append(f"ranked first of {self.ranked} shipped programs by the learned model")
+            parts.append(f"the learned model's first usable of {self.ranked} shipped programs")
         return f"program: {self.provenance} ({', '.join(parts)})"
 
 
@@ -108,7 +126,7 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     """The program for `problem` on a device of `device_class` (None: no measured source
     applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
-    `rule`: how a shipped neighbour is picked, one of RULES; `model`: the learned rule's
+    `rule`: how a shipped program is picked off the grid, one of RULES; `model`: the learned rule's
     search.ranker.Ranker (None: the package's model file)."""
     classes = lookup_classes(device_class) if device_class else ()
     book = _book(shipped_path)
@@ -151,7 +169,8 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     """The learned rule (module doc): where `fallback` (the wave rule's pick) is a shipped
     neighbour of the model's device class and layout, the distinct shipped program of that
     class that `model` (None: search.ranker.load()) ranks best among those usable at
-    `problem`; else, or with no model, `fallback`."""
+    `problem` (the fallback's program where the model ranks it first); else, or with no
+    model, `fallback`."""
     if fallback.source != "shipped" or fallback.distance == 0.0:
         return fallback
     from gemmforge.search import ranker
@@ -160,34 +179,39 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     if (model is None or sms is None or model.device_class != fallback.device_class
             or model.layout != problem.layout.value):
         return fallback
-    rows = _learned_rows(problem, fallback, book, model, exclude)
-    if len(rows) < 2:
+    ranked = _learned_rows(problem, fallback, book, model, exclude)
+    if len(ranked) < 2:
         return fallback
-    scores = model.scores([r.program for r in rows], problem, sms)
-    best = rows[int(scores.argmax())]  # the first of equals: the fallback's program leads
-    if best.program_text == str(fallback.program):
-        return replace(fallback, ranked=len(rows))
-    return Choice(best.program, "shipped", distance(problem, best.problem), best.problem,
-                  best.device_class, best.speedup, best.measured.get("command", ""),
-                  best.figures.get("kernel_us"), ranked=len(rows))
+    scores = model.scores([rows[0].program for rows in ranked], problem, sms)
+    # best first; among equals the fallback's program (it leads `ranked`), then text order.
+    # Legality is checked down the ranking only as far as the first usable program
+    # (ir.verify builds a program's pipeline graph: most of a resolve's time otherwise)
+    for i in sorted(range(len(ranked)), key=lambda i: -scores[i]):
+        program = ranked[i][0].program
+        if program == fallback.program:
+            return replace(fallback, ranked=len(ranked))
+        if usable(program, problem):
+            row = min(ranked[i], key=lambda r: distance(problem, r.problem))
+            return Choice(program, "shipped", distance(problem, row.problem), row.problem,
+                          row.device_class, row.speedup, row.measured.get("command", ""),
+                          row.figures.get("kernel_us"), ranked=len(ranked))
+    return fallback
 
 
-def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude) -> list:
-    """One shipped row per distinct program the learned rule ranks at `problem`: the
-    fallback's, then each program of the class's rows that `model` saw timed at
-    MIN_TRAINED_SHAPES shapes or more, usable here; of each program its nearest row."""
+def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude) -> list[list]:
+    """The shipped rows of each distinct program the learned rule ranks at `problem`, one
+    list per program: the fallback's first, then in text order each program of the class's
+    rows, of the fallback's arch and not of an `exclude`d backend, that `model` saw timed at
+    MIN_TRAINED_SHAPES shapes or more. Not yet checked for legality at `problem`."""
     keep = str(fallback.program)
-    nearest: dict = {}
+    by_text: dict = {}
     for row in book.group(fallback.device_class, problem):
         text = row.program_text
-        if text != keep and model.programs.get(text, 0) < MIN_TRAINED_SHAPES:
-            continue
-        d = distance(problem, row.problem)
-        if text not in nearest or d < nearest[text][0]:
-            nearest[text] = (d, row)
-    rows = [nearest[t][1] for t in sorted(nearest, key=lambda t: (t != keep, t))]
-    return [r for r in rows if r.program.arch == fallback.program.arch
-            and r.program.backend not in exclude and usable(r.program, problem)]
+        if text == keep or model.programs.get(text, 0) >= MIN_TRAINED_SHAPES:
+            by_text.setdefault(text, []).append(row)
+    ranked = [by_text[t] for t in sorted(by_text, key=lambda t: (t != keep, t))]
+    return [rows for rows in ranked if rows[0].program.arch == fallback.program.arch
+            and rows[0].program.backend not in exclude]
 
 
 def _predicted(c: Choice, problem: Problem) -> Choice:

@@ -14,18 +14,20 @@ campaign's portfolio readings (search.ranker_train: every program of a shape tim
 group beside cuBLAS) and never on the shapes it is judged on off the grid.
 
 The model file (search/data/ranker_h100.json) is plain JSON, evaluated with numpy alone (no
-torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a flat list of
-nodes, plus the command that trained it and its validation figures. Its format:
+torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a list of nodes
+in depth-first order, plus the command that trained it and its validation figures:
 
     {"format": "gemmforge-ranker/1", "device_class": "h100", "layout": "nn",
-     "features": [names...], "base": float, "rate": float,
+     "features": [names...], "base": float, "leaf_scale": 1e-06,
      "programs": {"<program text>": shapes it was timed at in training, ...},
-     "trees": [{"feature": [...], "threshold": [...], "left": [...], "right": [...],
-                "value": [...]}, ...],     # left/right -1: a leaf, whose value is `value`
      "trained": {"command": ..., "store": ..., "rows": ..., "shapes": ..., "seed": ...,
-                 "validation": {...}}}
+                 "validation": {...}},
+     "trees": [[[feature, threshold, right], ..., leaf, ...], ...]}
 
-A row goes left where its feature is <= threshold (NaN goes right). Constraints:
+A node [feature, threshold, right] sends a row to the next node where its feature is <=
+threshold, else to node `right` of the same tree; a node that is a bare integer is a leaf
+worth that many leaf_scale. The prediction is base plus one leaf of every tree.
+Constraints:
   - the features are the ones named in the file, in that order; a file whose names differ
     from FEATURES is refused (ModelError), so a feature change needs a retrained file;
   - scores are comparable only among programs at one shape.
@@ -96,7 +98,7 @@ def features(program: Program, problem: Problem, sms: int) -> list[float]:
 
 @dataclass(frozen=True)
 class Trees:
-    """Gradient-boosted regression trees: prediction = base + rate x sum of leaf values."""
+    """Gradient-boosted regression trees: prediction = base + the sum of one leaf per tree."""
 
     feature: np.ndarray    # [nodes] int: the feature a node splits on
     threshold: np.ndarray  # [nodes] float
@@ -105,7 +107,6 @@ class Trees:
     value: np.ndarray      # [nodes] float: a leaf's value
     roots: np.ndarray      # [trees] int: each tree's first node
     base: float
-    rate: float
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Predictions for rows `x` [rows, features]: all trees walked at once, level by level."""
@@ -118,7 +119,7 @@ class Trees:
             goes_left = x[rows, self.feature[node]] <= self.threshold[node]
             step = np.where(goes_left, self.left[node], self.right[node])
             node = np.where(inner, step, node)
-        return self.base + self.rate * self.value[node].sum(axis=1)
+        return self.base + self.value[node].sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def from_json(data: dict, path: Path | None = None) -> Ranker:
     if tuple(data.get("features") or ()) != FEATURES:
         raise ModelError(f"{where}: its features are not this version's (retrain it)")
     try:
-        trees = _flatten(data["trees"], float(data["base"]), float(data["rate"]))
+        trees = _flatten(data["trees"], float(data["base"]), float(data["leaf_scale"]))
         return Ranker(trees, str(data["device_class"]), str(data["layout"]),
                       {str(t): int(n) for t, n in (data.get("programs") or {}).items()},
                       dict(data.get("trained") or {}), path)
@@ -154,29 +155,30 @@ def from_json(data: dict, path: Path | None = None) -> Ranker:
         raise ModelError(f"{where}: bad tree: {e}") from None
 
 
-def _flatten(trees: list[dict], base: float, rate: float) -> Trees:
-    """Every tree's nodes in one array each, child indices made global."""
+def _flatten(trees: list[list], base: float, scale: float) -> Trees:
+    """Every tree's nodes in one array each, children as global indices (module doc)."""
     feature, threshold, left, right, value, roots = [], [], [], [], [], []
     for tree in trees:
         offset = len(feature)
         roots.append(offset)
-        feature += tree["feature"]
-        threshold += tree["threshold"]
-        left += [c + offset if c >= 0 else -1 for c in tree["left"]]
-        right += [c + offset if c >= 0 else -1 for c in tree["right"]]
-        value += tree["value"]
-    if not roots or not len(feature) == len(threshold) == len(left) == len(right) == len(value):
-        raise ValueError("no trees, or node lists of unequal length")
-    left_a, right_a = np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)
-    inner = left_a >= 0
-    feature_index = np.where(inner, np.array(feature, dtype=np.int64), 0)  # leaves: unread
-    if (feature_index[inner] < 0).any() or (feature_index >= len(FEATURES)).any():
+        for i, node in enumerate(tree):
+            if isinstance(node, list):  # [feature, threshold, right child]: left is i + 1
+                f, t, r = node
+                if not i < int(r) < len(tree):
+                    raise ValueError(f"node {i}: right child {r} is not a later node")
+                feature.append(int(f)), threshold.append(float(t)), value.append(0.0)
+                left.append(offset + i + 1), right.append(offset + int(r))
+            else:
+                feature.append(0), threshold.append(0.0), value.append(float(node) * scale)
+                left.append(-1), right.append(-1)
+    if not roots or any(not tree for tree in trees):
+        raise ValueError("no trees, or an empty one")
+    feature_index = np.array(feature, dtype=np.int64)
+    if feature_index.min() < 0 or feature_index.max() >= len(FEATURES):
         raise ValueError("a node splits on a feature that does not exist")
-    if (right_a[inner] < 0).any() or max(left_a.max(), right_a.max()) >= len(feature):
-        raise ValueError("a node's child is not a node")
-    return Trees(feature_index, np.array(threshold, dtype=np.float64), left_a, right_a,
-                 np.array(value, dtype=np.float64), np.array(roots, dtype=np.int64),
-                 base, rate)
+    return Trees(feature_index, np.array(threshold, dtype=np.float64),
+                 np.array(left, dtype=np.int64), np.array(right, dtype=np.int64),
+                 np.array(value, dtype=np.float64), np.array(roots, dtype=np.int64), base)
 
 
 def read(path: Path | str) -> Ranker:

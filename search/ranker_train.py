@@ -40,6 +40,7 @@ from gemmforge.search import ranker
 from gemmforge.search.ranker import FEATURES, FORMAT, features
 
 WEIGHT_SLOPE = 4.0
+LEAF_SCALE = 1e-6  # a leaf's value is written as an integer count of these: the file stays small
 PARAMS = {"max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 63, "min_samples_leaf": 20}
 """HistGradientBoostingRegressor's settings: chosen by grouped 5-fold scores on the grid
 store alone (benchmarks/NOTES.md, issue 21, the learned rule), sized so the file stays
@@ -138,23 +139,24 @@ def validate(store: dict, data: tuple, models: list[tuple], sms: int,
             "at_0.95": sum(f >= 0.95 for f in fractions)}
 
 
-def trees_json(model) -> tuple[float, list[dict]]:
-    """(base, trees) of a fitted HistGradientBoostingRegressor in search.ranker's form: per
-    tree its nodes in sklearn's order, a leaf's feature -1; leaf values carry the learning
-    rate already, so the file's rate is 1."""
+def trees_json(model) -> tuple[float, list[list]]:
+    """(base, trees) of a fitted HistGradientBoostingRegressor in search.ranker's form (its
+    module doc): sklearn lays a tree's nodes out depth first, so a node's left child is the
+    next node; leaf values (the learning rate already in them) in units of LEAF_SCALE."""
     base = float(np.ravel(model._baseline_prediction)[0])
     out = []
     for (predictor,) in model._predictors:
-        nodes = predictor.nodes
-        leaf = nodes["is_leaf"].astype(bool)
-        def inner(field, leaf=leaf):  # sklearn's node fields are unsigned: a leaf's -1 needs int64
-            return np.where(leaf, -1, nodes[field].astype(np.int64)).tolist()
-        out.append({"feature": inner("feature_idx"),
-                    "threshold": [0.0 if f else float(f"{t:.7g}")
-                                  for f, t in zip(leaf, nodes["num_threshold"])],
-                    "left": inner("left"), "right": inner("right"),
-                    "value": [float(f"{v:.6g}") if f else 0.0
-                              for f, v in zip(leaf, nodes["value"])]})
+        nodes, tree = predictor.nodes, []
+        for i, node in enumerate(nodes):
+            if node["is_leaf"]:
+                tree.append(int(round(float(node["value"]) / LEAF_SCALE)))
+                continue
+            if int(node["left"]) != i + 1:
+                raise ValueError(f"scikit-learn's tree layout changed: node {i}'s left child "
+                                 f"is {int(node['left'])}")
+            tree.append([int(node["feature_idx"]), float(f"{node['num_threshold']:.7g}"),
+                         int(node["right"])])
+        out.append(tree)
     return base, out
 
 
@@ -163,7 +165,7 @@ def model_json(model, device_class: str, layout: str, programs: Counter,
     """The model file's content (search.ranker's FORMAT)."""
     base, trees = trees_json(model)
     return {"format": FORMAT, "device_class": device_class, "layout": layout,
-            "features": list(FEATURES), "base": base, "rate": 1.0,
+            "features": list(FEATURES), "base": base, "leaf_scale": LEAF_SCALE,
             "programs": dict(sorted(programs.items())), "trained": trained, "trees": trees}
 
 
@@ -198,7 +200,7 @@ def main(argv=None) -> int:
                "validation": validation}
     content = model_json(model, args.device_class, layouts.pop(), Counter(data[4]), trained)
     walked = ranker.from_json(content).trees.predict(data[0])
-    if not np.allclose(walked, model.predict(data[0]), atol=1e-4):
+    if not np.allclose(walked, model.predict(data[0]), atol=2e-4):  # leaves rounded
         raise SystemExit("the written trees do not reproduce scikit-learn's predictions "
                          f"(scikit-learn {_sklearn_version()}: its tree layout changed?)")
     Path(args.out).write_text(json.dumps(content, separators=(",", ":")) + "\n")

@@ -28,11 +28,9 @@ BM = ranker.FEATURES.index("log2_bm")
 def _model(programs=(PINGPONG, TALL, TRITON, TRITON_TALL), shapes=500) -> dict:
     """A model file's content whose one tree scores a program by its tile's rows:
     bm 64 -> 0, 128 -> 1, 192 and more -> 2."""
-    tree = {"feature": [BM, -1, BM, -1, -1], "threshold": [6.5, 0, 7.5, 0, 0],
-            "left": [1, -1, 3, -1, -1], "right": [2, -1, 4, -1, -1],
-            "value": [0, 0.0, 0, 1.0, 2.0]}
+    tree = [[BM, 6.5, 2], 0, [BM, 7.5, 4], 1000, 2000]  # leaves in units of leaf_scale
     return {"format": ranker.FORMAT, "device_class": "h100", "layout": "nn",
-            "features": list(ranker.FEATURES), "base": 0.5, "rate": 1.0,
+            "features": list(ranker.FEATURES), "base": 0.5, "leaf_scale": 1e-3,
             "programs": {t: shapes for t in programs}, "trained": {"command": "test"},
             "trees": [tree]}
 
@@ -62,9 +60,9 @@ def test_a_file_of_another_format_or_feature_list_is_refused(tmp_path):
     with pytest.raises(ranker.ModelError, match="features"):
         ranker.from_json({**_model(), "features": ["log2_m"]})
     with pytest.raises(ranker.ModelError, match="bad tree"):
-        ranker.from_json({**_model(), "trees": [{"feature": [99, -1, -1], "threshold": [0] * 3,
-                                                 "left": [1, -1, -1], "right": [2, -1, -1],
-                                                 "value": [0] * 3}]})
+        ranker.from_json({**_model(), "trees": [[[99, 0.0, 2], 0, 0]]})
+    with pytest.raises(ranker.ModelError, match="bad tree"):
+        ranker.from_json({**_model(), "trees": [[[0, 0.0, 0], 0, 0]]})
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     assert ranker.load(broken) is None and ranker.load(tmp_path / "absent.json") is None
@@ -90,7 +88,7 @@ def test_the_learned_rule_serves_the_model_s_first_choice(book):
     assert str(chosen.program) == TALL and chosen.ranked == 4
     assert chosen.provenance == "shipped-nearest"
     assert chosen.measured == Problem(512, 6144, 4096)
-    assert "ranked first of 4 shipped programs" in chosen.line()
+    assert "the learned model's first usable of 4 shipped programs" in chosen.line()
     again = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", rule="learned",
                     model=model, **kw)
     assert again == chosen  # deterministic
@@ -105,10 +103,10 @@ def test_the_learned_rule_ranks_only_legal_programs_of_allowed_backends(book):
               model=ranker.from_json(_model()))
     # k = 4099: TMA's 16-byte rows fail, so neither wgmma program is legal
     ragged = resolve(Problem(333, 6144, 4099), Arch.SM90A, "h100", **kw)
-    assert str(ragged.program) == TRITON_TALL and ragged.ranked == 2
+    assert str(ragged.program) == TRITON_TALL and ragged.ranked == 4
     no_triton = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100",
                         exclude=frozenset({"cuda_wgmma"}), **kw)
-    assert no_triton.program.backend == "triton"
+    assert no_triton.program.backend == "triton" and no_triton.ranked == 2
     # programs the model saw at too few shapes are not ranked (the wave rule's pick is)
     rare = ranker.from_json(_model(shapes=3))
     waves = resolve(Problem(333, 6144, 4096), Arch.SM90A, "h100", shipped_path=book,
@@ -176,3 +174,21 @@ def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
     ranker_train.main(["--store", str(store), "--out", str(again), "--folds", "1",
                        "--trees", "60"])
     assert json.loads(again.read_text())["trees"] == json.loads(out.read_text())["trees"]
+
+
+def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
+    import subprocess
+    import sys
+    model = ranker.load()
+    assert model is not None and model.device_class == "h100" and model.layout == "nn"
+    assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
+    code = ("import sys\n"
+            "for name in ('sklearn', 'torch', 'optuna', 'sqlalchemy'): sys.modules[name] = None\n"
+            "from gemmforge.ir.program import Arch, Problem\n"
+            "from gemmforge.search.choice import DEFAULT_RULE, resolve\n"
+            "c = resolve(Problem(77, 4096, 4096), Arch.SM90A, 'h100', use_tuned=False)\n"
+            "print(DEFAULT_RULE, c.provenance, c.ranked is not None)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["learned", "shipped-nearest", "True"]

@@ -61,7 +61,7 @@ def test_a_ragged_m_picks_the_tile_that_wastes_less(tmp_path):
     kw = dict(shipped_path=path, use_tuned=False)
     near = resolve(problem, Arch.SM90A, "h100", rule="nearest", **kw)
     assert str(near.program) == PINGPONG and near.measured == Problem(320, 6144, 4096)
-    chosen = resolve(problem, Arch.SM90A, "h100", **kw)
+    chosen = resolve(problem, Arch.SM90A, "h100", rule="waves", **kw)
     assert str(chosen.program) == TALL and chosen.provenance == "shipped-nearest"
     assert chosen.predicted_us == pytest.approx(35.0)  # 2 waves at m = 512, 1 at m = 333
     assert "35 us predicted here" in chosen.line()
@@ -73,7 +73,8 @@ def test_a_second_wave_loses_to_stream_k(tmp_path):
     path = _shipped(tmp_path, [(512, 4096, 4096, PINGPONG, 28.0),
                                (1024, 2048, 4096, STREAMK, 27.4)])
     problem = Problem(700, 3584, 3584)
-    chosen = resolve(problem, Arch.SM90A, "h100", shipped_path=path, use_tuned=False)
+    chosen = resolve(problem, Arch.SM90A, "h100", shipped_path=path, use_tuned=False,
+                     rule="waves")
     assert str(chosen.program) == STREAMK
     assert chosen.predicted_us == pytest.approx(27.4 * (168 / 132) * 3584 / 4096)
 
@@ -88,7 +89,7 @@ def test_an_exact_row_and_equal_predictions_keep_the_old_order(tmp_path):
     # at m = 576 both 192-row rows predict 70 us (two waves at 512, 576 and 640; the
     # 128-row one 80): the nearer of the two wins
     tie = resolve(Problem(576, 6144, 4096), Arch.SM90A, "h100", shipped_path=path,
-                  use_tuned=False)
+                  use_tuned=False, rule="waves")
     assert tie.measured == Problem(640, 6144, 4096) and tie.predicted_us == pytest.approx(70)
     with pytest.raises(ValueError, match="rule"):
         pick(Problem(1, 1, 1), [], ("h100",), "best")
