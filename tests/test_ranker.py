@@ -14,10 +14,8 @@ from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.search import ranker
 from gemmforge.search.choice import resolve
-from gemmforge.search.ship import ship
+from shipped_helpers import shipped_file as _shipped
 
-H100 = "NVIDIA H100 80GB HBM3"
-HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
 TALL = "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
 TRITON = "triton sm_90a 64x64x64 w1x4 s4 swnone row/8 pred k1 dp c1x1 nows direct pdl"
@@ -33,17 +31,6 @@ def _model(programs=(PINGPONG, TALL, TRITON, TRITON_TALL), shapes=500) -> dict:
             "features": list(ranker.FEATURES), "base": 0.5, "leaf_scale": 1e-3,
             "programs": {t: shapes for t in programs}, "trained": {"command": "test"},
             "trees": [tree]}
-
-
-def _shipped(tmp_path, rows):
-    """A shipped file of h100 rows (m, n, k, program, kernel_us)."""
-    lines = [f"{m},{n},{k},nn,f32,{H100},{prog.split()[0]},{prog},ok,{us},{us},1.0,2e-4\n"
-             for m, n, k, prog, us in rows]
-    source = tmp_path / "rows.csv"
-    source.write_text(HEADER + "".join(lines))
-    out = tmp_path / "shipped.json"
-    ship([source], out, "test: measured", "h100")
-    return out
 
 
 def test_the_trees_walk_to_their_leaves():

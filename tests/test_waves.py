@@ -8,26 +8,13 @@ from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.search.choice import pick, resolve
 from gemmforge.search.devices import multiprocessors
-from gemmforge.search.ship import ship
 from gemmforge.search.waves import predicted_us, slot_work, waves
+from shipped_helpers import shipped_file as _shipped
 
-H100 = "NVIDIA H100 80GB HBM3"
-HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
 TALL = "cuda_wgmma sm_90a 192x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
 STREAMK = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma"
 SPLIT = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k4 dp c1x1 coop direct"
-
-
-def _shipped(tmp_path, rows):
-    """A shipped file of h100 rows (m, n, k, program, kernel_us)."""
-    lines = [f"{m},{n},{k},nn,f32,{H100},cuda_wgmma,{prog},ok,{us},{us},1.0,2e-4\n"
-             for m, n, k, prog, us in rows]
-    source = tmp_path / "rows.csv"
-    source.write_text(HEADER + "".join(lines))
-    out = tmp_path / "shipped.json"
-    ship([source], out, "test: measured", "h100")
-    return out
 
 
 def test_waves_count_tiles_over_the_sms():

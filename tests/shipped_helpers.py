@@ -1,0 +1,18 @@
+"""A small shipped file for tests of the resolver's rules (search.choice, waves, ranker)."""
+from __future__ import annotations
+
+from gemmforge.search.ship import ship
+
+H100 = "NVIDIA H100 80GB HBM3"
+HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
+
+
+def shipped_file(tmp_path, rows):
+    """A shipped file of h100 rows (m, n, k, program, kernel_us), layout nn, built by ship()."""
+    lines = [f"{m},{n},{k},nn,f32,{H100},{prog.split()[0]},{prog},ok,{us},{us},1.0,2e-4\n"
+             for m, n, k, prog, us in rows]
+    source = tmp_path / "rows.csv"
+    source.write_text(HEADER + "".join(lines))
+    out = tmp_path / "shipped.json"
+    ship([source], out, "test: measured", "h100")
+    return out
