@@ -51,7 +51,6 @@ SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "s
 GUESS_S = {"portfolio": 0.05, "search": 0.25, "confirm": 1.0, "confirm_large": 8.0}
 """Seconds per candidate assumed for a pass until the store has measured its own."""
 ETA_EVERY_S = 30.0
-RECONFIRM_KEY = "reconfirm"  # store meta: {reason: {problem: first current confirm round}}
 BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run
 
 
@@ -327,19 +326,7 @@ class Campaign:
         protocol changed; `reason` says how): its rounds so far stop counting as current.
         Kept in the store under `reason`, so a later call naming it again resumes rather
         than starting over. Returns how many shapes it marked (0 when resumed)."""
-        marks = self.store.get(RECONFIRM_KEY, {})
-        if reason in marks:
-            return 0
-        marks[reason] = {str(p): (self.store.last_round(p, "confirm") or 0) + 1
-                         for p in self.problems}
-        self.store.put(RECONFIRM_KEY, marks)
-        return len(marks[reason])
-
-    def _current_from(self, problem: Problem) -> int:
-        """The first confirmation round at `problem` measured the current way (1 unless a
-        reconfirm() marked the shape)."""
-        return max((m.get(str(problem), 1) for m in self.store.get(RECONFIRM_KEY, {}).values()),
-                   default=1)
+        return self.store.mark_reconfirm(reason, self.problems)
 
     def needs_confirmation(self, problem: Problem, weak: set) -> list[str]:
         """The contenders, if they are not all in the latest round (or that round predates a
@@ -354,7 +341,7 @@ class Campaign:
         if not rounds:
             return programs
         last = max(rounds)
-        if last < self._current_from(problem):
+        if last < self.store.current_from(problem):
             return programs  # measured before the protocol changed
         if last in bad and last - 1 not in bad:
             return programs  # measured on a disturbed GPU: once more

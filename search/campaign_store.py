@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS done (
     note TEXT NOT NULL DEFAULT '', at REAL NOT NULL, PRIMARY KEY (problem, pass, round));
 """
 SQLITE_TIMEOUT_S = 60
+RECONFIRM_KEY = "reconfirm"  # meta: {reason: {problem: its first current confirm round}}
 
 
 class CampaignStore:
@@ -64,6 +65,7 @@ class CampaignStore:
         self._db.execute("PRAGMA synchronous=FULL")  # a commit survives a killed process
         self._db.executescript(SCHEMA)
         self._ids: dict[str, int] = {}
+        self._current: dict[str, int] | None = None  # current_from's marks, read once
 
     @property
     def url(self) -> str:
@@ -218,6 +220,28 @@ class CampaignStore:
         if round_ is not None:
             sql, args = sql + " AND round = ?", (*args, round_)
         return self._db.execute(sql, args).fetchone() is not None
+
+    def mark_reconfirm(self, reason: str, problems: Sequence[Problem]) -> int:
+        """Confirmation rounds so far at `problems` stop counting as current (a timing protocol
+        changed; `reason` says how), kept under `reason`: marking a reason again changes
+        nothing. Returns how many shapes it marked (0 when the reason was marked before)."""
+        marks = self.get(RECONFIRM_KEY, {})
+        if reason in marks:
+            return 0
+        marks[reason] = {str(p): (self.last_round(p, "confirm") or 0) + 1 for p in problems}
+        self.put(RECONFIRM_KEY, marks)
+        self._current = None
+        return len(marks[reason])
+
+    def current_from(self, problem: Problem) -> int:
+        """The first confirmation round at `problem` measured the current way (1 where no
+        mark_reconfirm covered the shape)."""
+        if self._current is None:
+            self._current = {}
+            for marks in self.get(RECONFIRM_KEY, {}).values():
+                for key, first in marks.items():
+                    self._current[key] = max(first, self._current.get(key, 1))
+        return self._current.get(str(problem), 1)
 
     def last_round(self, problem: Problem, pass_name: str) -> int | None:
         """The highest round of `pass_name` marked done at `problem`, or None."""
