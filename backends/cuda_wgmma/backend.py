@@ -9,7 +9,8 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      with setmaxnreg.dec; warp_spec none: thread 0 of the first consumer, between its own
      wgmmas) waits for `empty`, posts the stage's byte count on `full`
      (arrive.expect_tx) and issues cp.async.bulk.tensor loads of A and B into it,
-     128B-swizzled; out-of-bounds elements arrive as zeros, so ragged M, N, K need no masks.
+     128B-swizzled; out-of-bounds elements arrive as zeros, so ragged M, N, K need no masks
+     (templates/producer.cuh.jinja).
   3. Each consumer warpgroup (setmaxnreg.inc) owns a wg_m x wg_n block of the CTA tile; per
      stage it waits on `full` (try_wait.parity), issues bk/16 x wg_m/64 wgmma.mma_async
      m64n{wg_n}k16 from shared-memory descriptors (B transposed for layout nn), commits,
