@@ -34,8 +34,9 @@ from typing import Sequence
 from gemmforge.search import gate, timing
 from gemmforge.search.operands import OperandPool
 from gemmforge.search.records import (
-    IMPLAUSIBLE, PROTOCOLS, ArtifactRecord, BenchSettings, MeasureRequest, Result,
+    IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result,
 )
+from gemmforge.search.timing_protocols import PROTOCOLS
 
 PLAUSIBILITY_MARGIN = 1.05
 """A time is flagged when it beats the chip's limit by more than this factor."""

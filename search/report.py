@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from gemmforge.compiler.extras import require
-from gemmforge.search.records import PROTOCOLS, Result
+from gemmforge.search.records import Result
+from gemmforge.search.timing_protocols import PROTOCOLS
 
 _SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
 _TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))
