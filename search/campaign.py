@@ -29,7 +29,8 @@ A shape's winner is the best ok result of its latest confirmation round that was
 Resume: the store says what is done (search.campaign_store); a killed run loses only the
 groups in flight, and nothing recorded is measured again. `max_seconds` ends a run before
 the next unit of work (a batch, a shape's search, a shape's confirmation) that the measured
-seconds per candidate say would not fit. One campaign process per store file (a lock).
+seconds per candidate say would not fit (search.campaign_clock). One campaign process per
+store file (a lock).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from gemmforge.ir.program import Problem
+from gemmforge.search.campaign_clock import GUESS_S, OutOfTime, RunClock, hms
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
@@ -48,8 +50,6 @@ PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_
                                 graph_us=1000.0)
 CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call"), rounds=10)
 SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "sustained"))
-GUESS_S = {"portfolio": 0.05, "search": 0.25, "confirm": 1.0, "confirm_large": 8.0}
-"""Seconds per candidate assumed for a pass until the store has measured its own."""
 ETA_EVERY_S = 30.0
 BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run
 
@@ -75,10 +75,6 @@ class CampaignSettings:
     sustained_bench: BenchSettings = SUSTAINED_BENCH
 
 
-class OutOfTime(Exception):
-    """The next unit of work would not fit in the run's time."""
-
-
 class Campaign:
     """One run of the campaign over `problems` on `runner` (campaign_runners), state in
     `store`. `log(line)` gets progress lines; `progress` shows tqdm bars."""
@@ -90,10 +86,8 @@ class Campaign:
         self.problems = sorted(problems, key=lambda p: (p.flops, p.m, p.n, p.k))
         self.settings = settings or CampaignSettings()
         self.progress = progress
-        self.counts: dict[str, list] = {}  # pass -> [candidates, seconds] of this run
-        self.deadline: float | None = None
+        self.clock = RunClock(store)
         self._eta_at = -ETA_EVERY_S
-        self._guessed: set[str] = set()  # rates whose one unit on a guess went through
 
     # the run -----------------------------------------------------------------------------
     def run(self, max_seconds: float | None = None, passes: Sequence[str] = PASSES,
@@ -102,7 +96,7 @@ class Campaign:
         `started` (time.monotonic()) is when the caller's clock began (worker start-up
         counts against max_seconds)."""
         started = time.monotonic() if started is None else started
-        self.deadline = None if max_seconds is None else started + max_seconds
+        self.clock.deadline = None if max_seconds is None else started + max_seconds
         with self.store.lock():
             self._check_device()
             self.plan()
@@ -115,9 +109,7 @@ class Campaign:
                     break
             summary = self.status()
             summary["stopped"] = stopped
-            summary["this_run"] = {k: {"candidates": c, "seconds": round(s, 1),
-                                       "per_second": round(c / s, 2) if s else None}
-                                   for k, (c, s) in self.counts.items()}
+            summary["this_run"] = self.clock.this_run()
             return summary
 
     def _check_device(self) -> None:
@@ -127,32 +119,6 @@ class Campaign:
         elif device != self.runner.device:
             raise ValueError(f"the store {self.store.path} holds a campaign on {device!r}; "
                              f"this runner is {self.runner.device!r} (use another --storage)")
-
-    def _fits(self, what: str, candidates: int, rate: str) -> None:
-        """Raise OutOfTime unless `candidates` more of pass `rate` fit before the deadline
-        at the rate measured so far. Until a rate is measured, one unit of work is let
-        through (the guess might never let the first one start)."""
-        if self.deadline is None:
-            return
-        if self.store.get(f"rate:{rate}") is None and rate not in self._guessed:
-            self._guessed.add(rate)
-            return
-        need = candidates * self.store.seconds_per_candidate(rate, GUESS_S[rate])
-        if time.monotonic() + need > self.deadline:
-            raise OutOfTime(what)
-
-    def _room(self, rate: str) -> float:
-        """Candidates of pass `rate` that fit before the deadline (inf without one)."""
-        if self.deadline is None:
-            return float("inf")
-        spc = self.store.seconds_per_candidate(rate, GUESS_S[rate])
-        return max(0.0, self.deadline - time.monotonic()) / spc
-
-    def _count(self, name: str, candidates: int, seconds: float, rate: str | None = None):
-        c, s = self.counts.get(name, [0, 0.0])
-        self.counts[name] = [c + candidates, s + seconds]
-        if candidates:
-            self.store.add_time(rate or name, candidates, seconds)
 
     def _bar(self, total: int, desc: str):
         from tqdm import tqdm
@@ -184,7 +150,7 @@ class Campaign:
         if not jobs:
             return
         until = None if max_seconds is None else min(
-            self.deadline, started + BUILD_SHARE * max_seconds)
+            self.clock.deadline, started + BUILD_SHARE * max_seconds)
         start = time.monotonic()
         with self._bar(len(jobs), "build") as bar:
             def on_built(text: str, failure: str | None, build_s: float) -> None:
@@ -193,7 +159,7 @@ class Campaign:
                     failed[text] = failure[:400]
                     self.store.put("build_failed", failed)
             done = self.runner.build(list(jobs.items()), until, on_built)
-        self._count("build", done, time.monotonic() - start)
+        self.clock.count("build", done, time.monotonic() - start)
         self.log(f"build: {done} of {len(jobs)} programs in {time.monotonic() - start:.0f} s "
                  f"({sum(t in failed for t in jobs)} failed)")
         self._record_build_failures(failed)
@@ -230,11 +196,11 @@ class Campaign:
         with self._bar(total, "portfolio") as bar:
             while todo:
                 chunk, size = [], 0
-                limit = min(self.settings.chunk, self._room("portfolio"))
+                limit = min(self.settings.chunk, self.clock.room("portfolio"))
                 while todo and (not chunk or size + len(todo[0][1]) <= limit):
                     chunk.append(todo.pop(0))
                     size += len(chunk[-1][1])
-                self._fits(f"the portfolio at {chunk[0][0]}", size, "portfolio")
+                self.clock.fits(f"the portfolio at {chunk[0][0]}", size, "portfolio")
                 start = time.monotonic()
 
                 def on_group(problem: Problem, results: list[Result]) -> None:
@@ -247,7 +213,7 @@ class Campaign:
                 self.runner.measure_groups([c for c in chunk if c[1]],
                                            self.settings.portfolio_bench, on_group,
                                            self.settings.seed)
-                self._count("portfolio", size, time.monotonic() - start)
+                self.clock.count("portfolio", size, time.monotonic() - start)
                 self._show_eta(bar, "portfolio")
 
     # search ----------------------------------------------------------------------------
@@ -267,11 +233,11 @@ class Campaign:
         try:
             with self._bar(len(todo) * self.settings.search_budget, "search") as bar:
                 for problem in todo:
-                    self._fits(f"the search at {problem}", self.settings.search_budget,
+                    self.clock.fits(f"the search at {problem}", self.settings.search_budget,
                                "search")
                     start = time.monotonic()
                     measured = search.tune(problem)
-                    self._count("search", measured, time.monotonic() - start)
+                    self.clock.count("search", measured, time.monotonic() - start)
                     bar.update(self.settings.search_budget)
                     self._show_eta(bar, "search")
         finally:
@@ -358,7 +324,7 @@ class Campaign:
             for problem, programs in todo:
                 large = shape_class(problem) == "large"
                 rate = "confirm_large" if large else "confirm"
-                self._fits(f"the confirmation at {problem}", len(programs), rate)
+                self.clock.fits(f"the confirmation at {problem}", len(programs), rate)
                 bench = self.settings.sustained_bench if large else self.settings.confirm_bench
                 round_ = (self.store.last_round(problem, "confirm") or 0) + 1
                 start = time.monotonic()
@@ -368,13 +334,13 @@ class Campaign:
                     bar.update(len(results))
                 self.runner.measure_groups([(problem, programs)], bench, on_group,
                                            self.settings.seed + 1000 * round_)
-                self._count("confirm", len(programs), time.monotonic() - start, rate)
+                self.clock.count("confirm", len(programs), time.monotonic() - start, rate)
 
     def _show_eta(self, bar, name: str) -> None:
         """The campaign's ETA on `bar`, recomputed at most every ETA_EVERY_S seconds."""
         now = time.monotonic()
         if now - self._eta_at >= ETA_EVERY_S:
-            self._eta_at, eta = now, _hms(self.eta_s())
+            self._eta_at, eta = now, hms(self.eta_s())
             bar.set_postfix_str(f"campaign ETA {eta}")
             if not self.progress:
                 self.log(f"{name}: {self.store.count(name)} measured; campaign ETA {eta}")
@@ -392,7 +358,7 @@ class Campaign:
     def eta_s(self) -> float:
         """Seconds the rest of the campaign should take at the rates measured so far (the
         search share of unmeasured shapes assumed as among measured ones)."""
-        spc = {k: self.store.seconds_per_candidate(k, v) for k, v in GUESS_S.items()}
+        spc = {k: self.clock.per_candidate(k) for k in GUESS_S}
         pending = self.store.count_pending("portfolio")
         through = [p for p in self.problems if not self.store.pending(p, "portfolio")]
         weak_all = set(self.weak()) if through else set()
@@ -406,8 +372,3 @@ class Campaign:
         return (pending * spc["portfolio"] + unsearched * self.settings.search_budget
                 * spc["search"] + (len(unconfirmed) - large) * top * spc["confirm"]
                 + large * top * spc["confirm_large"])
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
