@@ -41,13 +41,13 @@ from typing import Callable, Sequence
 
 from gemmforge.ir.program import Problem
 from gemmforge.ir.space import Space
+from gemmforge.search.candidate_trials import claim, fail_stale, known_programs, reject, requeue
 from gemmforge.search.env import WORST_REWARD, reward
 from gemmforge.search.records import Result
 from gemmforge.search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
 from gemmforge.search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from gemmforge.search.studies import (OWNER_ATTR, TUNER_PREFIX, fail_stale_trials, heartbeat,
-                                     make_sampler, measured_trials, open_storage, owner_tag,
-                                     study_name, trial_id)
+from gemmforge.search.studies import (OWNER_ATTR, TUNER_PREFIX, heartbeat, make_sampler,
+                                     measured_trials, open_storage, owner_tag, study_name, trial_id)
 
 MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
 
@@ -131,7 +131,7 @@ class Tuner:
         the sums over its results of "build" (CPU) and "measure" (GPU) seconds."""
         study, space = self.study(problem), self.space(problem)
         study.set_user_attr(TUNER_PREFIX + self._owner, True)  # before looking for orphans
-        requeued = self._fail_stale(study)
+        requeued = fail_stale(study)
         self._observe_history(study, problem)
         timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
         while (room := self._room(study)) > 0:
@@ -144,7 +144,7 @@ class Tuner:
                 batch = self._ask(study, space, problem, room)
             timing["ask"] += time.monotonic() - start
             if self.stop is not None and self.stop.is_set():
-                self._requeue(study, batch, self.stop.reason)
+                requeue(study, batch, self.stop.reason)
                 self.stop.check()
             if not batch:
                 break
@@ -157,17 +157,6 @@ class Tuner:
     def _shield(self):
         from contextlib import nullcontext
         return self.stop.shield() if self.stop is not None else nullcontext()
-
-    @staticmethod
-    def _fail_stale(study) -> int:
-        """Fail and re-enqueue the trials stopped runs left RUNNING; how many there were."""
-        from optuna.trial import TrialState
-        running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        if not running:
-            return 0
-        fail_stale_trials(study)
-        return sum(t.state == TrialState.FAIL and t.number in running
-                   for t in study.get_trials(deepcopy=False))
 
     def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
         from gemmforge.search.confirm import confirm, source_of
@@ -221,16 +210,6 @@ class Tuner:
                 self._observed.add((study.study_name, t.number))
                 self.policy.observe(problem, parse(t.user_attrs["result"]["program"]), t.value)
 
-    def _known(self, study) -> dict[str, float | None]:
-        """Program text -> value of every program measured, being measured or queued."""
-        from optuna.trial import TrialState
-        known: dict[str, float | None] = {}
-        for t in study.get_trials(deepcopy=False):
-            text = t.user_attrs.get("program")
-            if text and (t.state == TrialState.RUNNING or t.user_attrs.get("measured")):
-                known[text] = t.value if t.state == TrialState.COMPLETE else None
-        return known
-
     def _enqueue_proposals(self, study, space: Space, problem: Problem, room: int) -> None:
         """Queue up to policy_share x room new policy programs (those not yet in the study)."""
         from optuna.trial import TrialState
@@ -239,7 +218,7 @@ class Tuner:
             return
         if len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) >= room:
             return
-        known = self._known(study)
+        known = known_programs(study)
         proposals = self.policy.propose(problem, self.runner.archs[0], want + len(known))
         fresh = [p for p in proposals if str(p) not in known and space.contains(p)][:want]
         for program in fresh:
@@ -250,7 +229,7 @@ class Tuner:
         """Up to `room` (trial, program, source) to measure; invalid and duplicate asks are
         told at once; after max_rejects of them in a row a random legal program is queued."""
         from gemmforge.ir.verify import check
-        known, batch, rejects = self._known(study), [], 0
+        known, batch, rejects = known_programs(study), [], 0
         for _ in range(room * self.settings.max_rejects * 4):
             if len(batch) == room:
                 break
@@ -273,52 +252,17 @@ class Tuner:
             reason = check(program, problem)
             if reason or text in known:
                 rejects += 1
-                self._reject(study, trial, reason, known.get(text))
+                reject(study, trial, reason, known.get(text))
                 if rejects % self.settings.max_rejects == 0:
                     self._enqueue_random(study, space, problem, known)
                 continue
             known[text] = None
-            claim = self._claim(study, trial, text)
-            if claim == "surplus":
+            verdict = claim(study, trial, text, self.settings.budget.trials)
+            if verdict == "surplus":
                 break
-            if claim == "ok":
+            if verdict == "ok":
                 batch.append((trial, program, source))
         return batch
-
-    def _claim(self, study, trial, text: str) -> str:
-        """Settle a candidate against every worker's earlier candidates (trial numbers order
-        all asks): "duplicate" if an earlier one has the same program, "surplus" if earlier
-        ones fill the trial budget (both told at once), else "ok"."""
-        from optuna.trial import TrialState
-        # an earlier RUNNING trial counts even before its worker has marked it a candidate
-        # (asked, not yet verified): counting it may make this one surplus for now, which
-        # the next batch makes good; not counting it can overspend the budget for good
-        earlier = [t for t in study.get_trials(deepcopy=False)
-                   if t.number < trial.number and (t.state == TrialState.RUNNING or (
-                       t.state == TrialState.COMPLETE and t.user_attrs.get("candidate")
-                       and t.user_attrs.get("measured")))]
-        same = [t for t in earlier if t.user_attrs.get("program") == text]
-        if same:
-            self._reject(study, trial, None, same[0].value)
-            return "duplicate"
-        if len(earlier) < self.settings.budget.trials:
-            return "ok"
-        trial.set_user_attr("reason", "surplus: the budget was spent by other workers")
-        study.tell(trial, state=TrialState.FAIL)
-        return "surplus"
-
-    def _reject(self, study, trial, reason: str | None, value: float | None) -> None:
-        from optuna.trial import TrialState
-        if reason:
-            trial.set_user_attr("invalid", True)
-            trial.set_user_attr("reason", reason)
-            study.tell(trial, state=TrialState.FAIL)
-        elif value is not None:
-            trial.set_user_attr("duplicate", True)
-            study.tell(trial, value)
-        else:  # a duplicate of one still being measured: no value to copy yet
-            trial.set_user_attr("duplicate", True)
-            study.tell(trial, state=TrialState.FAIL)
 
     def _enqueue_startup(self, study, space: Space, problem: Problem, room: int) -> None:
         """While the sampler is in its random start (fewer than startup_trials finished
@@ -330,7 +274,7 @@ class Tuner:
         waiting = sum(t.state == TrialState.WAITING for t in trials)
         if finished >= self.settings.startup_trials:
             return
-        known = self._known(study)
+        known = known_programs(study)
         for _ in range(max(0, room - waiting)):  # TPE samples at random until enough finish
             self._enqueue_random(study, space, problem, known)
 
@@ -371,7 +315,7 @@ class Tuner:
                       f"{type(e).__name__}: {str(e)[:MESSAGE_CHARS]}")
             raise
         finally:
-            self._requeue(study, [b for b in batch if b[0].number not in told], reason)
+            requeue(study, [b for b in batch if b[0].number not in told], reason)
 
     def _tell(self, study, problem, trial, program, source, result, cost, best, measured):
         value = reward(result)
@@ -396,15 +340,3 @@ class Tuner:
                             "best_ratio": best.speedup if best else None,
                             "source": source, "worker": self.worker})
         return best
-
-    def _requeue(self, study, batch: list[tuple], reason: str) -> None:
-        """Fail trials a run abandoned (`reason`: why) and queue their programs again."""
-        from optuna.trial import TrialState
-        for trial, program, source in batch:
-            try:
-                trial.set_user_attr("reason", f"{reason}: re-enqueued")
-                study.tell(trial, state=TrialState.FAIL)
-                study.enqueue_trial(trial.params, user_attrs={
-                    "source": source, "program": str(program), "retry_of": trial.number})
-            except Exception:  # already told, or the storage is gone: the heartbeat
-                pass           # timeout retries it on the next run
