@@ -32,8 +32,9 @@ import sys
 from pathlib import Path
 
 
+from gemmforge.ir.knobs import KNOBS, assemble  # noqa: E402
 from gemmforge.ir.program import Arch, IRError  # noqa: E402
-from gemmforge.ir.space import KNOBS, Space, assemble, variant  # noqa: E402
+from gemmforge.ir.space import Space, variant  # noqa: E402
 from gemmforge.policy.random import RandomPolicy  # noqa: E402
 from gemmforge.search.shapes import parse_shapes  # noqa: E402
 

@@ -1,8 +1,9 @@
 """The enumerable space of programs a search may try, per backend and arch, and its optuna form.
 
 A program is a point in a product of *knobs*: the scalar parts of the IR fields
-(`tile.bm`, `warps.wn`, `swizzle`, `split_k.reduction`, ...; KNOBS lists them). For one
-(backend, arch) a `Variant` holds the values each knob may take:
+(`tile.bm`, `warps.wn`, `swizzle`, `split_k.reduction`, ...; `ir.knobs` names them and reads,
+sets and assembles them). For one (backend, arch) a `Variant` holds the values each knob may
+take:
 
   - tile, warps, stages: powers of two from the backend's instruction shape (`mma_shape`;
     its narrower side for bm and bn where the backend takes swap_ab) up to PRACTICAL_TILE
@@ -32,76 +33,26 @@ import functools
 import itertools
 import math
 import random
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gemmforge.ir import capabilities
+from gemmforge.ir.knobs import KNOBS, assemble, ir_value, knob_value, with_knob
 from gemmforge.ir.program import (
     DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
-    TILE_LIMITS, Arch, Cluster, Problem, Program, Raster, Reduction, SplitK, Tile, Warps,
+    TILE_LIMITS, Arch, Problem, Program, Reduction, Tile, Warps,
 )
 
 PRACTICAL_TILE = 256
 """Largest tile.bm / tile.bn searched (the IR allows 512; such tiles overflow the register
 budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
-KNOBS = ("swap_ab", "tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages",
-         "swizzle", "raster.order", "raster.group", "padding", "schedule", "split_k.slices",
-         "split_k.reduction", "cluster.cm", "cluster.cn", "warp_spec", "epilogue", "l2_hint",
-         "pdl")
-"""Every knob, in the order a program's knobs are sampled (a condition precedes what it
-governs: swap_ab, which decides the tile side that meets the MMA's narrow side, before the
-tile; schedule, then split_k.slices, then split_k.reduction)."""
-
-_PARTS = {"tile": Tile, "warps": Warps, "raster": Raster, "split_k": SplitK, "cluster": Cluster}
 _SHAPE_KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages")
 _SEP, _AT = ":", "@"
 
 
 def _pow2(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(1 << e for e in range(hi.bit_length()) if lo <= 1 << e <= hi)
-
-def _prim(value):
-    """A knob value as optuna stores it: an enum's text, a bool, or the int."""
-    if isinstance(value, bool):
-        return value
-    return value.value if isinstance(value, Enum) else int(value)
-
-def knob_value(program: Program, knob: str):
-    """The primitive value (int or str) of `knob` in `program`."""
-    value = program
-    for part in knob.split("."):
-        value = getattr(value, part)
-    return _prim(value)
-
-
-def _coerce(knob: str, value):
-    """A primitive knob value as the IR value it stands for (enum member or int)."""
-    default = DEFAULTS
-    for part in knob.split("."):
-        default = getattr(default, part)
-    if isinstance(default, bool):
-        return bool(value)
-    return type(default)(value) if isinstance(default, Enum) else int(value)
-
-
-def assemble(backend: str, arch: Arch, values: Mapping[str, object]) -> Program:
-    """The Program with these knob values; a knob left out keeps its IR default (and
-    split_k.reduction is 'workspace' when there is one slice). Raises IRError if malformed."""
-    top: dict[str, dict] = {}
-    for knob, value in values.items():
-        field_name, _, attr = knob.partition(".")
-        top.setdefault(field_name, {})[attr] = _coerce(knob, value)
-    if top.get("split_k", {}).get("slices", 1) == 1:
-        top.get("split_k", {}).pop("reduction", None)
-    kwargs = {}
-    for field_name, parts in top.items():
-        if field_name in _PARTS:
-            kwargs[field_name] = replace(getattr(DEFAULTS, field_name), **parts)
-        else:
-            kwargs[field_name] = parts[""]
-    return Program(backend=backend, arch=arch, **kwargs)
 
 
 def _candidates(knob: str, backend) -> tuple:
@@ -125,23 +76,8 @@ def _candidates(knob: str, backend) -> tuple:
     default = knob_value(DEFAULTS, knob)
     if isinstance(default, bool):
         return (False, True)
-    enum_type = type(_coerce(knob, default))
+    enum_type = type(ir_value(knob, default))
     return tuple(m.value for m in enum_type)
-
-
-def _probe(base: Program, knob: str, value) -> Program:
-    """`base` with one knob changed (split_k.reduction is probed with 2 slices)."""
-    values = {knob: value}
-    if knob == "split_k.reduction":
-        values["split_k.slices"] = 2
-    field_name = knob.split(".")[0]
-    part = getattr(base, field_name)
-    if field_name in _PARTS:
-        changed = {k.split(".")[1]: _coerce(k, v) for k, v in values.items()}
-        if field_name == "split_k" and "reduction" not in changed:
-            changed["reduction"] = Reduction.WORKSPACE
-        return base.replace(**{field_name: replace(part, **changed)})
-    return base.replace(**{field_name: _coerce(knob, value)})
 
 
 def _blames(reason: str | None, knob: str) -> bool:
@@ -158,7 +94,7 @@ def _repair(program: Program, backend, frozen: str = "", steps: int = 4) -> Prog
         knobs = [k for k in KNOBS if k != frozen and _blames(reason, k)]
         if not knobs:
             return program
-        fixes = (_probe(program, k, v) for k in knobs for v in _candidates(k, backend))
+        fixes = (with_knob(program, k, v) for k in knobs for v in _candidates(k, backend))
         better = next((p for p in fixes if not _blames(check(p), knobs[0])), None)
         if better is None:
             return program
@@ -194,7 +130,7 @@ def _bases(backend, arch: Arch) -> list[Program]:
         if knob in _SHAPE_KNOBS:
             continue
         for value in _candidates(knob, backend):
-            p = _repair(_probe(first, knob, value), backend, frozen=knob)
+            p = _repair(with_knob(first, knob, value), backend, frozen=knob)
             if p not in out and check(p) is None:
                 out[p] = None
     return list(out)
@@ -205,7 +141,7 @@ def _legal_values(knob: str, backend, bases: list[Program]) -> tuple:
     one base (lenient: cross-field rules are left to verify at tuning time)."""
     from gemmforge.ir.verify import check
     return tuple(v for v in _candidates(knob, backend)
-                 if any(not _blames(check(_probe(b, knob, v)), knob) for b in bases))
+                 if any(not _blames(check(with_knob(b, knob, v)), knob) for b in bases))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
     policy.save(path); LearnedPolicy.load(path)
 
 Model (policy/learned_net.py): shape features -> an autoregressive distribution over the
-backend and each knob of `ir.space.KNOBS` (swap_ab -> tile -> warps -> stages -> ...), each field
+backend and each knob of `ir.knobs.KNOBS` (swap_ab -> tile -> warps -> stages -> ...), each field
 conditioned on the earlier ones and on how they tile the shape.
 
 Training (`train`): group-relative policy gradient (GRPO-style, no critic) with expert
@@ -48,8 +48,9 @@ from pathlib import Path
 
 import torch
 
+from gemmforge.ir.knobs import KNOBS
 from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.ir.space import KNOBS, Space, Variant
+from gemmforge.ir.space import Space, Variant
 from gemmforge.ir.verify import check
 from gemmforge.policy.heuristic import HeuristicPolicy
 from gemmforge.policy.learned_net import ProgramModel

@@ -6,7 +6,7 @@
 
 Shape features (`features`: log2 m, n, k, their sum and ratios, the CTA count of a
 128x128 tile over the arch's SMs, one-hot arch, layout, accumulator) -> an MLP -> the
-initial state of a GRU that walks STEPS: the backend, then each knob of `ir.space.KNOBS`
+initial state of a GRU that walks STEPS: the backend, then each knob of `ir.knobs.KNOBS`
 in order (swap_ab -> tile -> warps -> ... -> l2_hint). At each step a head scores the
 knob's values (the union over the space's backends, masked to the chosen backend's
 values; a knob that is inactive, such as split_k.reduction with one slice, or fixed, has
@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.knobs import KNOBS, assemble, knob_value
 from gemmforge.ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
-from gemmforge.ir.space import KNOBS, Space, Variant, assemble, knob_value
+from gemmforge.ir.space import Space, Variant
 
 LOG2_SCALE = 14.0            # log2 of the largest grid dimension (16384)
 STEPS = ("backend",) + KNOBS

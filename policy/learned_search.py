@@ -23,8 +23,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
+from gemmforge.ir.knobs import KNOBS, assemble, knob_value
 from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
-from gemmforge.ir.space import KNOBS, Variant, assemble, knob_value
+from gemmforge.ir.space import Variant
 from gemmforge.ir.verify import check
 from gemmforge.policy.reward import INVALID_REWARD, reward
 

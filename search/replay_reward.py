@@ -38,8 +38,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from gemmforge.ir.knobs import KNOBS, knob_value
 from gemmforge.ir.program import Problem, Program
-from gemmforge.ir.space import KNOBS, knob_value
 from gemmforge.policy.reward import reward
 from gemmforge.search.records import MeasureRequest, Result
 

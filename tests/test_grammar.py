@@ -10,9 +10,10 @@ import pytest
 
 from gemmforge.ir import capabilities
 from gemmforge.ir.grammar import grammar
+from gemmforge.ir.knobs import KNOBS, with_knob
 from gemmforge.ir.program import Accum, Arch, IRError, Layout
 from gemmforge.ir.schema import backend_schema, to_json
-from gemmforge.ir.space import Space, _bases, variant, KNOBS, _probe
+from gemmforge.ir.space import Space, _bases, variant
 from gemmforge.ir.text import parse, parse_problem
 from gemmforge.ir.verify import check
 
@@ -37,7 +38,7 @@ def legal_walk(backend: str, arch: Arch, problem, rng: random.Random, n: int = W
             break
         knob = rng.choice([k for k in KNOBS if var.searched(k)])
         try:
-            nxt = _probe(rng.choice(at), knob, rng.choice(var.choices(knob)))
+            nxt = with_knob(rng.choice(at), knob, rng.choice(var.choices(knob)))
         except Exception:  # noqa: BLE001  (an IR value this program can't hold)
             continue
         if check(nxt, problem) is None:

@@ -9,8 +9,9 @@ import optuna
 import pytest
 
 from gemmforge.backends import registry
+from gemmforge.ir.knobs import KNOBS, assemble, knob_value
 from gemmforge.ir.program import Arch, Problem
-from gemmforge.ir.space import KNOBS, Space, Variant, assemble, knob_value, variant
+from gemmforge.ir.space import Space, Variant, variant
 from gemmforge.ir.verify import check
 
 PROBLEM = Problem(1000, 4096, 336)
