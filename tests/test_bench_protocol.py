@@ -1,17 +1,17 @@
 """CPU tier for search.bench's orchestration: run_request on a simulated CUDA.
 
-torch.cuda is replaced by a small simulation on CPU: tensors made "on cuda" live on the CPU,
-CUDA graphs record launches and replay them, and events read a fake GPU clock that
-advances by a planted time per GEMM (candidate, cuBLAS NN, cuBLAS TN, L2 flush). The
-timing protocols must then report exactly the planted per-launch times, the cold
+torch.cuda is replaced by a small simulation on CPU (tests/simulated_cuda.py): tensors made
+"on cuda" live on the CPU, CUDA graphs record launches and replay them, and events read a
+fake GPU clock that advances by a planted time per GEMM (candidate, cuBLAS NN, cuBLAS TN, L2
+flush). The timing protocols must then report exactly the planted per-launch times, the cold
 protocol's flush subtraction must cancel the flushes, and the candidate must be launched
-exactly as often as BenchSettings' docstring says. What this can't show (real graph
-capture, real events, cuBLAS) is the GPU tier's job (tests/gpu/test_measure_gpu.py).
+exactly as often as BenchSettings' docstring says. Groups of candidates (run_group) are
+tests/test_bench_group.py's. What this can't show (real graph capture, real events, cuBLAS)
+is the GPU tier's job (tests/gpu/test_measure_gpu.py).
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import types
 
 import pytest
@@ -19,108 +19,9 @@ import torch
 
 from gemmforge.search import bench, gate, timing
 from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
-
-SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
-NN_US, TN_US, FLUSH_US = 7.0, 6.0, 40.0
-
-
-class SimulatedCuda:
-    """The torch.cuda surface search.bench touches, on CPU, with a fake clock in us."""
-
-    def __init__(self, candidate_us: float, kernel_fn):
-        self.clock, self.capturing, self.launches = 0.0, None, 0
-        self.candidate_us, self.kernel_fn = candidate_us, kernel_fn
-        sim = self
-
-        class Event:
-            def __init__(self, enable_timing=False):
-                self.t = None
-
-            def record(self):
-                self.t = sim.clock
-
-            def synchronize(self):
-                pass
-
-            def elapsed_time(self, end):
-                return (end.t - self.t) / 1e3
-
-        class Graph:
-            def replay(self):
-                for fn in self.recorded:
-                    fn()
-
-        @contextlib.contextmanager
-        def graph(g, stream=None):
-            g.recorded, self.capturing = [], g
-            yield
-            self.capturing = None
-
-        self.Event, self.CUDAGraph, self.graph = Event, Graph, graph
-        self.synchronize = lambda: None
-        self.Stream = lambda: types.SimpleNamespace(cuda_stream=0)
-        self.current_stream = lambda *a: types.SimpleNamespace(cuda_stream=0)
-        self.stream = lambda s: contextlib.nullcontext()
-        self.current_device = lambda: 0
-        self.get_device_properties = lambda d: types.SimpleNamespace(L2_cache_size=1 << 16)
-        self.get_device_name = lambda *a: "NVIDIA H200 (simulated)"
-
-    def gemm(self, cost_us: float, fn, counts: bool = False):
-        """Run `fn` now (advancing the clock), or record it when a graph is capturing."""
-        def run():
-            self.clock += cost_us
-            self.launches += counts
-            return fn()
-        if self.capturing is not None:
-            self.capturing.recorded.append(run)
-            return None
-        return run()
-
-
-class FakeKernel:
-    """compiler.runtime.Kernel's surface, computing with the simulation's kernel_fn in
-    `us` per launch (default: the simulation's candidate_us)."""
-
-    def __init__(self, sim: SimulatedCuda, layout: str, us: float | None = None, fn=None):
-        self.sim, self.layout = sim, layout
-        self.us = sim.candidate_us if us is None else us
-        self.fn = fn or sim.kernel_fn
-        self.launches = 0
-
-    def count(self, a, b, out):
-        self.launches += 1
-        return self.fn(a, b, out)
-
-    def workspace_bytes(self, m, n, k):
-        return 0
-
-    def __call__(self, a, b):
-        out = torch.empty((a.shape[0], b.shape[1] if self.layout == "nn" else b.shape[0]),
-                          dtype=torch.float16)
-        self.sim.gemm(self.us, lambda: self.count(a, b, out), True)
-        return out
-
-
-@pytest.fixture
-def simulate(monkeypatch):
-    def install(candidate_us: float, kernel_fn=None, layout: str = "nn") -> SimulatedCuda:
-        kernel_fn = kernel_fn or (lambda a, b, out: out.copy_(
-            gate.reference(a, b, layout).half()))
-        sim = SimulatedCuda(candidate_us, kernel_fn)
-        for name in ("empty", "zeros", "full", "randn", "randint", "ones", "Generator"):
-            real = getattr(torch, name)
-            monkeypatch.setattr(torch, name, lambda *a, _real=real, **k: _real(
-                *a, **{**k, "device": "cpu"} if k.get("device") == "cuda" else k))
-        real_matmul, real_zero = torch.matmul, torch.Tensor.zero_
-        monkeypatch.setattr(torch, "matmul", lambda a, b, **k: sim.gemm(
-            NN_US if b.is_contiguous() else TN_US, lambda: real_matmul(a, b, **k)))
-        monkeypatch.setattr(torch.Tensor, "zero_",
-                            lambda t: sim.gemm(FLUSH_US, lambda: real_zero(t)))
-        monkeypatch.setattr(bench._Buffers, "launch_into", lambda self, k, a, b, out: sim.gemm(
-            k.us, lambda: k.count(a, b, out), True))
-        monkeypatch.setattr(torch, "cuda", sim)
-        return sim
-    return install
+from simulated_cuda import (  # noqa: F401 (simulate is a fixture)
+    FLUSH_US, SIMT, TN_US, FakeKernel, cold_graph, simulate,
+)
 
 
 def _run(sim, layout="nn", acc="f32", k=72, **settings):
@@ -129,15 +30,6 @@ def _run(sim, layout="nn", acc="f32", k=72, **settings):
     req = MeasureRequest(SIMT, 40, 24, k, layout, acc, s, seed=5)
     art = ArtifactRecord("key", "fake", "/nonexistent", SIMT, layout, acc)
     return req, bench.run_request(req, art, load=lambda a: FakeKernel(sim, layout))
-
-
-def _cold_graph(req) -> int:
-    """Launches in one cold graph of `req` in the simulation (L2 of 64 KiB, graphs of 3
-    launches): whole passes through the rotated operand copies."""
-    p = req.problem()
-    sets = timing.rotation_sets(2 * (p.m * p.k + p.k * p.n + p.m * p.n), 1 << 16,
-                                req.settings.l2_flush_factor)
-    return sets * -(-3 // sets)
 
 
 @pytest.mark.parametrize("layout, acc, k", [("nn", "f32", 72), ("nt", "f16", 2100)])
@@ -149,7 +41,7 @@ def test_protocols_report_the_planted_times(simulate, layout, acc, k):
     assert r.spread == pytest.approx(0.0) and r.cublas_spread == pytest.approx(0.0)
     assert r.call_us > 0 and r.server_us > 0 and r.rel_err < gate.tolerance(req.problem())
     assert r.flags == () and r.speedup == pytest.approx(TN_US / 5.0)
-    assert sim.launches == req.settings.candidate_launches(3, _cold_graph(req), k)
+    assert sim.launches == req.settings.candidate_launches(3, cold_graph(req), k)
 
 
 def test_call_and_cold_time_the_layout_that_won_the_kernel_protocol(simulate, monkeypatch):
@@ -186,7 +78,7 @@ def test_cold_rotates_through_distinct_operand_copies(simulate, monkeypatch):
     sim = simulate(candidate_us=5.0, kernel_fn=record)
     req, r = _run(sim, protocols=("kernel", "cold"))
     assert r.ok and r.cold_us == pytest.approx(5.0)
-    sets = _cold_graph(req)
+    sets = cold_graph(req)
     assert sets > 3  # one pass through the copies per graph
     # copies 1.. serve the cold rounds alone (the warm round, the rounds, the untimed replay);
     # copy 0, the buffers of every other step, is launched on far more often
@@ -304,96 +196,6 @@ def test_speedup_pairs_each_round_against_clock_drift(simulate, monkeypatch):
     assert r.paired_speedup is None and r.speedup == pytest.approx(6.0 / 4.0)
 
 
-def _group(sim, kernels, k=72, **settings):
-    s = BenchSettings(rounds=3, warmup=2, call_repeats=2, server_calls=3, server_max_gap_ms=0,
-                      min_graph_launches=3, max_graph_launches=3, **settings)
-    reqs = [MeasureRequest(SIMT, 40, 24, k, "nn", "f32", s, seed=5 + 3 * i)
-            for i in range(len(kernels))]
-    arts = [ArtifactRecord(f"key{i}", "fake", "/nonexistent", SIMT, "nn", "f32")
-            for i in range(len(kernels))]
-    by_key = dict(zip((a.key for a in arts), kernels))
-    return reqs, bench.run_group(reqs, arts, load=lambda art: by_key[art.key])
-
-
-def test_group_times_each_candidate_against_cublas_rounds_paid_once(simulate, monkeypatch):
-    """Three candidates in one group: each reports its own planted time against the same
-    cuBLAS, each is launched exactly as often as alone, and cuBLAS is launched as often as
-    for one request alone (its calibration and kernel rounds are shared)."""
-    sim = simulate(candidate_us=5.0)
-    blas_calls, matmul = [], torch.matmul
-    monkeypatch.setattr(torch, "matmul",
-                        lambda *a, **k: (blas_calls.append(1), matmul(*a, **k))[1])
-    kernels = [FakeKernel(sim, "nn", us) for us in (5.0, 9.0, 3.0)]
-    reqs, results = _group(sim, kernels, protocols=("kernel", "cold"))
-    assert [r.kernel_us for r in results] == pytest.approx([5.0, 9.0, 3.0])
-    assert [r.speedup for r in results] == pytest.approx([TN_US / 5.0, TN_US / 9.0, TN_US / 3.0])
-    assert all(r.ok and r.cublas_us == pytest.approx(TN_US) and r.flags == () for r in results)
-    assert [r.program for r in results] == [q.program for q in reqs]
-    want = reqs[0].settings.candidate_launches(3, _cold_graph(reqs[0]), 72)
-    assert [k.launches for k in kernels] == [want] * 3
-    group_blas = len(blas_calls)
-    blas_calls.clear()
-    _group(sim, [FakeKernel(sim, "nn", 5.0)], protocols=("kernel", "cold"))
-    assert group_blas == len(blas_calls)  # calibration, kernel and cold rounds are shared
-
-
-def test_group_pairs_each_call_with_cublas_alone(simulate, monkeypatch):
-    """Call and server rounds time each candidate against cuBLAS's winning layout on its
-    own, as a request alone does; cold rounds visit the whole group."""
-    sim = simulate(candidate_us=5.0)
-    ran = []
-    for name in ("cold_protocol", "call_protocol", "server_protocol"):
-        def spy(cs, *args, _real=getattr(timing, name), _name=name):
-            ran.append((_name, [c.name for c in cs]))
-            return _real(cs, *args)
-        monkeypatch.setattr(timing, name, spy)
-    _, results = _group(sim, [FakeKernel(sim, "nn", us) for us in (5.0, 9.0)])
-    assert ran == [("cold_protocol", ["candidate0", "candidate1", "cublas_tn"]),
-                   ("call_protocol", ["candidate0", "cublas_tn"]),
-                   ("call_protocol", ["candidate1", "cublas_tn"]),
-                   ("server_protocol", ["candidate0", "cublas_tn"]),
-                   ("server_protocol", ["candidate1", "cublas_tn"])]
-    assert all(r.call_us > 0 and r.cublas_call_us > 0 and r.server_us > 0 for r in results)
-
-
-def test_group_fails_a_wrong_candidate_alone(simulate, monkeypatch):
-    def off_by_one(a, b, out):
-        out.copy_(gate.reference(a, b, "nn").half())
-        out[3, 4] += 1
-    sim = simulate(candidate_us=5.0)
-    kernels = [FakeKernel(sim, "nn", 5.0), FakeKernel(sim, "nn", 4.0, off_by_one),
-               FakeKernel(sim, "nn", 7.0)]
-    _, results = _group(sim, kernels, protocols=("kernel",))
-    assert [r.status for r in results] == ["ok", "failed", "ok"]
-    assert results[1].kind == "wrong" and "exact" in results[1].message
-    assert [results[0].kernel_us, results[2].kernel_us] == pytest.approx([5.0, 7.0])
-    assert kernels[1].launches == 2  # its gate (normal, exact) only: never timed
-
-    monkeypatch.setattr(bench, "healthy", lambda: False)  # the wrong output broke the context
-    with pytest.raises(RuntimeError, match="health check"):
-        _group(sim, kernels, protocols=("kernel",))
-
-
-def test_group_cuts_a_slow_candidate_short_alone(simulate):
-    sim = simulate(candidate_us=5.0)
-    _, (fast, slow) = _group(sim, [FakeKernel(sim, "nn", 5.0), FakeKernel(sim, "nn", 1000.0)])
-    assert fast.flags == () and fast.kernel_us == pytest.approx(5.0) and fast.call_us > 0
-    assert slow.flags[0].startswith("slow") and slow.kernel_us == pytest.approx(1000.0)
-    assert slow.call_us is None
-
-
-def test_group_needs_one_problem_and_settings(simulate):
-    sim = simulate(candidate_us=5.0)
-    req = MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", BenchSettings(rounds=2), seed=5)
-    art = ArtifactRecord("key", "fake", "/nonexistent", SIMT, "nn", "f32")
-    for other in (MeasureRequest(SIMT, 40, 24, 80, "nn", "f32", req.settings),
-                  MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", BenchSettings(rounds=3))):
-        with pytest.raises(ValueError, match="one problem"):
-            bench.run_group([req, other], [art, art], load=lambda a: FakeKernel(sim, "nn"))
-    with pytest.raises(ValueError, match="one problem"):
-        bench.run_group([], [])
-
-
 def test_warm_rounds_run_first_and_are_not_recorded():
     ticks = iter(range(100))
     cs = [timing.Contender(name, None, None) for name in ("a", "b")]
@@ -427,23 +229,6 @@ def test_round_orders_balance_every_predecessor(n):
     pairs = collections.Counter((row[i - 1], row[i]) for row in rows for i in range(1, n))
     assert len(pairs) == n * (n - 1)
     assert set(pairs.values()) <= {1 if n % 2 == 0 else 2}
-
-
-def test_group_reports_every_step(simulate):
-    """run_group's progress callback hears of every gate, calibration, round and re-check,
-    which is what lets the worker's parent bound each step instead of the whole group."""
-    sim = simulate(candidate_us=5.0)
-    steps = []
-    s = BenchSettings(rounds=3, warmup=2, min_graph_launches=3, max_graph_launches=3,
-                      protocols=("kernel", "cold"))
-    reqs = [MeasureRequest(SIMT, 40, 24, 72, "nn", "f32", s, seed=5 + 3 * i) for i in range(2)]
-    arts = [ArtifactRecord("key", "fake", "/nonexistent", SIMT, "nn", "f32")] * 2
-    bench.run_group(reqs, arts, load=lambda a: FakeKernel(sim, "nn"), progress=steps.append)
-    rounds = s.warm_rounds + s.rounds
-    assert steps == (["gate 0", "gate 1", "calibrated candidate0", "calibrated candidate1"]
-                     + [f"kernel round {r}" for r in range(rounds)]
-                     + [f"cold round {r}" for r in range(rounds)] + ["cold rounds"]
-                     + ["re-check 0", "re-check 1"])
 
 
 def test_sustained_protocol_reports_the_planted_times_against_the_winning_layout(simulate):
