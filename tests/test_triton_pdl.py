@@ -20,6 +20,7 @@ from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import LaunchPlan, make_plan
 from gemmforge.compiler.values import BuildError, Target
 from gemmforge.ir import Problem, VerifyError, check, parse, verify
+from launch_stand_ins import triton_kernel
 
 DIRECT = "triton sm_90a 64x32x64 w2x2 s6 swnone row/8 pred k1 dp c1x1 nows direct pdl"
 PROGRAMS = [
@@ -161,7 +162,6 @@ def test_every_launch_path_launches_with_pdl(pdl_device, tmp_path, monkeypatch, 
     """Triton's C launcher straight (launcher.RawLauncher), `compiled.run`, and the
     runner `compiled[grid]`: each kernel of the plan is handed pdl exactly when the
     program has it."""
-    from test_host_path import triton_kernel
     monkeypatch.setenv("GEMMFORGE_TRITON_RAW_LAUNCH", str(int(path == "raw")))
     monkeypatch.setenv("GEMMFORGE_TRITON_DIRECT_LAUNCH", str(int(path != "runner")))
     for program, pdl in ((text, True), (plain(text), False)):
@@ -177,7 +177,6 @@ def test_every_launch_path_launches_with_pdl(pdl_device, tmp_path, monkeypatch, 
 
 
 def test_a_launcher_without_pdl_is_refused_at_load(pdl_device, tmp_path, monkeypatch):
-    from test_host_path import triton_kernel
     monkeypatch.setattr(toolchain, "compile_kernel", lambda module, kernel, capability, env,
                         aligned: PdlCompiled(kernel, pdl_device, launch_pdl=False))
     with pytest.raises(BuildError, match="does not set programmatic serialization"):

@@ -20,7 +20,7 @@ from gemmforge.backends.triton import launcher as raw_module  # noqa: E402
 from gemmforge.backends.triton import toolchain  # noqa: E402
 from gemmforge.backends.triton.launcher import raw_launcher  # noqa: E402
 from gemmforge.ir import Problem  # noqa: E402
-from test_host_path import A, B, C, PLANS, SHAPES, WS, device, triton_kernel  # noqa: E402,F401
+from launch_stand_ins import A, B, C, PLANS, SHAPES, WS, device, triton_kernel  # noqa: E402,F401
 
 
 class Encoder:
