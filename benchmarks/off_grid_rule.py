@@ -4,6 +4,8 @@ recorded GPU measurements (no GPU; nothing is timed here).
     python3 benchmarks/off_grid_rule.py --off-grid .carry/campaign/off_grid_h100.db \
         --grid .carry/campaign/rerun_h100.db [--device-class h100] [--csv off_grid_rule.csv] \
         [--reach 1.0] [--model search/data/ranker_h100.json] [--folds 5]
+    python3 benchmarks/off_grid_rule.py --grid .carry/campaign/small_nt_h100.db \
+        --grid .carry/campaign/llm_nt_h100.db          # layout nt: leave-one-out over both
 
 Three rules of search.choice: `nearest` (the nearest shipped shape's program within one
 octave, the rule before the wave rule), `waves` (every shipped neighbour within one
@@ -22,7 +24,8 @@ scores 0.
       file alone; the learned rule with --model, default the package's model file, which
       was trained on the grid store alone);
   (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~130
-      programs a shape) with a shipped row of the class, resolved from the shipped file
+      programs a shape; repeated, several stores read as one, as search.ranker_train does:
+      the nt stores) with a shipped row of the class, resolved from the shipped file
       without that shape's rows (search.choice.shipped_candidates, else the heuristic's);
       the learned rule's model trained on --grid without the shape's fold (--folds
       grouped folds of shapes, search.ranker_train.fold_models: five models trained here,
@@ -46,14 +49,16 @@ from gemmforge.search import ranker
 from gemmforge.search.choice import (MAX_DISTANCE, RULES, learned_pick, pick, resolve,
                                      shipped_candidates)
 from gemmforge.search.devices import lookup_classes, multiprocessors
-from gemmforge.search.ranker_train import dataset, fold_models, model_json, readings
+from gemmforge.search.ranker_train import dataset, fold_models, merged_readings, model_json
 from gemmforge.search.shipped import ShippedFile, shipped
 
 TARGET = 0.95
 ARCH = Arch.SM90A
 
 
-portfolio = readings  # {problem: {program text: cuBLAS ratio, 0.0 failed}}, read-only
+def portfolio(*paths) -> dict:
+    """{problem: {program text: cuBLAS ratio, 0.0 failed}} of the stores, read-only."""
+    return merged_readings(paths)
 
 
 def _heuristic(problem):
@@ -97,8 +102,9 @@ def _fold_rankers(readings: dict, cls: str, folds: int, seed: int) -> dict:
     data = dataset(readings, multiprocessors(cls))
     layout = str(data[5][0].layout)
     out = {}
-    for model, held, seen in fold_models(data, folds, seed):
-        ranked = ranker.from_json(model_json(model, cls, layout, seen, {}))
+    for model, held, seen, trained in fold_models(data, folds, seed):
+        ranked = ranker.from_json(model_json(model, cls, layout, seen, {"shapes": trained},
+                                             data[0]))
         out.update({data[5][i]: ranked for i in held})
     return out
 
@@ -138,7 +144,9 @@ def report(name: str, readings: dict, picks: dict, rows: list) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--off-grid", help="the off-grid shapes' campaign store (sqlite file)")
-    ap.add_argument("--grid", help="the grid campaign's store, for leave-one-out")
+    ap.add_argument("--grid", action="append",
+                    help="the grid campaign's store, for leave-one-out (repeat: several "
+                         "stores of one layout, read as one)")
     ap.add_argument("--device-class", default="h100", help="the class both stores measured")
     ap.add_argument("--csv", help="write one row per shape and evaluation here")
     ap.add_argument("--reach", type=float, default=MAX_DISTANCE,
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
         report("off-grid", readings,
                off_grid_picks(readings, args.device_class, args.reach, model), rows)
     if args.grid:
-        readings = portfolio(args.grid)
+        readings = portfolio(*args.grid)
         report("leave-one-out", readings,
                leave_one_out_picks(readings, args.device_class, args.reach, args.folds),
                rows)

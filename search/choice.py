@@ -20,16 +20,17 @@ Where that nearest candidate is a shipped neighbour (not an exact row, not the u
 database), a rule picks among the shipped programs instead (`rule`, default DEFAULT_RULE):
 
   - "learned": every distinct shipped program of the class (of the arch, not of an excluded
-    backend; those the model saw timed at MIN_TRAINED_SHAPES grid shapes or more, and the
-    wave rule's pick), ranked at this shape by a learned cost model (search.ranker:
-    gradient-boosted trees over the shape, the program's fields and its tiles' waves and
-    padding here, trained on the grid campaign's portfolio readings, shipped as
-    search/data/ranker_h100.json and walked with numpy); the best ranked that is usable
-    here wins, the wave rule's pick among equals. No model file (or one that does not load,
-    or one of another class or layout): the wave rule, silently. A program need not have
-    been measured near this shape: the model carries each one across the grid, which the
-    wave rule's one measured time cannot (a perfect chooser among the neighbours reads
-    only 0.91 of tuning off the grid; the best shipped program anywhere 0.995).
+    backend; those the model saw timed at min_trained_shapes() of its shapes or more, and the
+    wave rule's pick), ranked at this shape by a learned cost model of the shape's layout
+    (search.ranker: gradient-boosted trees over the shape, the program's fields and its
+    tiles' waves and padding here, trained on campaign portfolio readings, shipped as
+    search/data/ranker_h100.json for nn (the grid campaign) and ranker_h100_nt.json for nt
+    (the nt sample and LLM campaigns), walked with numpy); the best ranked that is usable
+    here wins, the wave rule's pick among equals. No model file for the layout (or one that
+    does not load, or one of another class or layout): the wave rule, silently. A program
+    need not have been measured near this shape: the model carries each one across the grid,
+    which the wave rule's one measured time cannot (a perfect chooser among the neighbours
+    reads only 0.91 of tuning off the grid; the best shipped program anywhere 0.995).
   - "waves": ALL the shipped neighbours within MAX_DISTANCE, each one's measured kernel
     time carried to this shape by its waves of tiles (search.waves.predicted_us:
     ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
@@ -43,7 +44,9 @@ measurement; a pick over the best recorded program at the shape, untimed picks l
 30 model shapes off the grid, nearest 0.868 (19 timed), waves 0.898 (21), learned 0.925
 (25); on the 17 shapes all three were timed 0.879 / 0.903 / 0.944. Leave-one-out over 813
 grid shapes (the learned rule's model trained without the shape's fold): 0.927 (758) /
-0.942 (736) / 0.960 (766); on the 704 all timed 0.926 / 0.942 / 0.959.
+0.942 (736) / 0.960 (766); on the 704 all timed 0.926 / 0.942 / 0.959. Layout nt,
+leave-one-out over the 160 nt shapes (the nt model trained without the shape's fold):
+0.897 (160) / 0.906 (160) / 0.930 (155); on the 155 all timed 0.899 / 0.907 / 0.930.
 """
 from __future__ import annotations
 
@@ -66,8 +69,17 @@ SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
 RULES = ("learned", "waves", "nearest")  # how a shipped program is picked (module doc)
 DEFAULT_RULE = "learned"
 MIN_TRAINED_SHAPES = 100
+TRAINED_SHARE = 1 / 8
 """The learned rule ranks a shipped program only where its model saw that program timed at
-this many shapes or more (search.ranker.Ranker.programs); the wave rule's pick always."""
+MIN_TRAINED_SHAPES shapes or more, or at TRAINED_SHARE of the model's training shapes where
+that is fewer (min_trained_shapes; the nn model's 813 shapes: 100, the nt model's 160: 20);
+the wave rule's pick always."""
+
+
+def min_trained_shapes(shapes: int | None) -> float:
+    """The fewest training shapes (of `shapes`, None: not known) at which a model must have
+    seen a program timed for the learned rule to rank it (TRAINED_SHARE's doc)."""
+    return MIN_TRAINED_SHAPES if not shapes else min(MIN_TRAINED_SHAPES, shapes * TRAINED_SHARE)
 
 
 def distance(a: Problem, b: Problem) -> float:
@@ -127,7 +139,7 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
     `rule`: how a shipped program is picked off the grid, one of RULES; `model`: the learned rule's
-    search.ranker.Ranker (None: the package's model file)."""
+    search.ranker.Ranker (None: the package's model file of the problem's layout)."""
     classes = lookup_classes(device_class) if device_class else ()
     book = _book(shipped_path)
     found = [*(_tuned(problem, arch, classes, max_distance, tuned_url) if use_tuned else []),
@@ -168,13 +180,13 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
                  model=None) -> Choice:
     """The learned rule (module doc): where `fallback` (the wave rule's pick) is a shipped
     neighbour of the model's device class and layout, the distinct shipped program of that
-    class that `model` (None: search.ranker.load()) ranks best among those usable at
-    `problem` (the fallback's program where the model ranks it first); else, or with no
-    model, `fallback`."""
+    class that `model` (None: search.ranker.load() of the problem's layout) ranks best among
+    those usable at `problem` (the fallback's program where the model ranks it first); else,
+    or with no model, `fallback`."""
     if fallback.source != "shipped" or fallback.distance == 0.0:
         return fallback
     from gemmforge.search import ranker
-    model = model if model is not None else ranker.load()
+    model = model if model is not None else ranker.load(layout=problem.layout.value)
     sms = multiprocessors(fallback.device_class)
     if (model is None or sms is None or model.device_class != fallback.device_class
             or model.layout != problem.layout.value):
@@ -202,12 +214,13 @@ def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude) -> l
     """The shipped rows of each distinct program the learned rule ranks at `problem`, one
     list per program: the fallback's first, then in text order each program of the class's
     rows, of the fallback's arch and not of an `exclude`d backend, that `model` saw timed at
-    MIN_TRAINED_SHAPES shapes or more. Not yet checked for legality at `problem`."""
+    min_trained_shapes() of its shapes or more. Not yet checked for legality at `problem`."""
     keep = str(fallback.program)
+    floor = min_trained_shapes(model.trained.get("shapes"))
     by_text: dict = {}
     for row in book.group(fallback.device_class, problem):
         text = row.program_text
-        if text == keep or model.programs.get(text, 0) >= MIN_TRAINED_SHAPES:
+        if text == keep or model.programs.get(text, 0) >= floor:
             by_text.setdefault(text, []).append(row)
     ranked = [by_text[t] for t in sorted(by_text, key=lambda t: (t != keep, t))]
     return [rows for rows in ranked if rows[0].program.arch == fallback.program.arch

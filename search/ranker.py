@@ -13,7 +13,10 @@ class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot w
 campaign's portfolio readings (search.ranker_train: every program of a shape timed in one
 group beside cuBLAS) and never on the shapes it is judged on off the grid.
 
-The model file (search/data/ranker_h100.json) is plain JSON, evaluated with numpy alone (no
+One model file per layout (a model is trained on one layout's store and refused at another's
+shapes): search/data/ranker_h100.json (nn) and ranker_h100_nt.json (nt, x @ W.t()); a
+layout without a file has no model (search.choice's learned rule is then the wave rule).
+The model file is plain JSON, evaluated with numpy alone (no
 torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a list of nodes
 in depth-first order, plus the command that trained it and its validation figures:
 
@@ -45,7 +48,7 @@ import numpy as np
 from gemmforge.ir.program import Epilogue, Problem, Program, Schedule, WarpSpec
 
 FORMAT = "gemmforge-ranker/1"
-DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json"
+DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json"  # layout nn's
 BACKENDS = ("cuda_wgmma", "triton", "cute_cpp")
 
 FEATURES = (
@@ -191,10 +194,19 @@ def read(path: Path | str) -> Ranker:
     return from_json(data, path)
 
 
-def load(path: Path | str | None = None) -> Ranker | None:
-    """The model at `path` (default: the package's), read once per path and modification
-    time; None where there is no file or it does not load (the caller falls back)."""
-    path = Path(path) if path is not None else DEFAULT_PATH
+def default_path(layout: str = "nn") -> Path:
+    """The package's model file for `layout`: DEFAULT_PATH for nn, beside it with the
+    layout's name appended for another (ranker_h100_nt.json)."""
+    if layout == "nn":
+        return DEFAULT_PATH
+    return DEFAULT_PATH.with_name(f"{DEFAULT_PATH.stem}_{layout}{DEFAULT_PATH.suffix}")
+
+
+def load(path: Path | str | None = None, layout: str = "nn") -> Ranker | None:
+    """The model at `path` (default: the package's for `layout`), read once per path and
+    modification time; None where there is no file or it does not load (the caller falls
+    back)."""
+    path = Path(path) if path is not None else default_path(layout)
     try:
         return _cached(path, path.stat().st_mtime_ns)
     except (OSError, ModelError):

@@ -2,6 +2,8 @@
 
     python3 -m gemmforge.search.ranker_train --store .carry/campaign/rerun_h100.db \
         --out search/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
+    python3 -m gemmforge.search.ranker_train --store .carry/campaign/small_nt_h100.db \
+        --store .carry/campaign/llm_nt_h100.db --out search/data/ranker_h100_nt.json
 
 A campaign's portfolio pass times every program of a shape in one group beside cuBLAS
 (search.campaign_store; one reading each, kernel protocol). Each reading that passed is one
@@ -14,14 +16,15 @@ writes needs only numpy), seeded, its trees written out node by node.
 
 With --folds F > 1 it first scores the model F times, trained without one fold of shapes
 (grouped by shape) each time: at each held-out shape the program it ranks first among the
-store's programs (each seen at search.choice.MIN_TRAINED_SHAPES or more training shapes)
-over the best reading there. That figure, with the command, the store, rows and shapes, is
+store's programs seen at search.choice.min_trained_shapes() of its training shapes or more
+over the best reading there. That figure, with the command, the stores, rows and shapes, is
 recorded in the file ("trained"). benchmarks/off_grid_rule.py replays the resolver's rule
 with such fold models.
 
-Constraints: reads the store read-only; layout and accumulator: the store's shapes'
-(nn, f32 for the grid campaign); the same store, seed and scikit-learn version write the
-same file.
+Several --store files are read as one (a program read at one shape in two stores keeps its
+best reading). Constraints: reads the stores read-only; layout and accumulator: the stores'
+shapes' (nn, f32 for the grid campaign), one layout per model file; the same stores, seed and
+scikit-learn version write the same file.
 """
 from __future__ import annotations
 
@@ -66,6 +69,17 @@ def readings(path: str | Path) -> dict:
     return out
 
 
+def merged_readings(paths) -> dict:
+    """readings() of several stores as one: a program read at one shape in two keeps its best."""
+    out: dict = {}
+    for path in paths:
+        for problem, timed in readings(path).items():
+            into = out.setdefault(problem, {})
+            for text, ratio in timed.items():
+                into[text] = max(ratio, into.get(text, 0.0))
+    return out
+
+
 def dataset(store: dict, sms: int) -> tuple:
     """(X [rows, FEATURES], target, weight, shape index per row, program text per row,
     shapes): one row per reading that passed, shapes in text order (module doc)."""
@@ -106,28 +120,30 @@ def folds(groups: np.ndarray, count: int) -> list[np.ndarray]:
 
 
 def fold_models(data: tuple, count: int, seed: int, params: dict = PARAMS) -> list[tuple]:
-    """[(model, held-out shape indices, programs' training shape counts)] per fold."""
+    """[(model, held-out shape indices, programs' training shape counts, training shapes)]
+    per fold."""
     x, target, weight, groups, texts, _ = data
     out = []
     for held in folds(groups, count):
         train = np.setdiff1d(np.arange(len(target)), held)
         seen = Counter(texts[i] for i in train)
         out.append((fit(x[train], target[train], weight[train], seed, params),
-                    sorted(set(groups[held].tolist())), seen))
+                    sorted(set(groups[held].tolist())), seen, len(set(groups[train].tolist()))))
     return out
 
 
-def validate(store: dict, data: tuple, models: list[tuple], sms: int,
-             min_shapes: int) -> dict:
+def validate(store: dict, data: tuple, models: list[tuple], sms: int) -> dict:
     """Per held-out shape, the fraction of its best reading that the fold model's first
-    choice reads, among the shape's timed programs seen at `min_shapes` training shapes or
-    more: their geomean, how many reach 0.95, shapes."""
+    choice reads, among the shape's timed programs seen at search.choice.min_trained_shapes()
+    of the fold's training shapes or more: their geomean, how many reach 0.95, shapes."""
     from gemmforge.ir.text import parse
+    from gemmforge.search.choice import min_trained_shapes
     shapes, fractions = data[5], []
-    for model, held, seen in models:
+    for model, held, seen, trained in models:
+        floor = min_trained_shapes(trained)
         for i in held:
             timed = {t: r for t, r in store[shapes[i]].items() if r > 0}
-            ranked = sorted(t for t in timed if seen[t] >= min_shapes)
+            ranked = sorted(t for t in timed if seen[t] >= floor)
             if not ranked:
                 continue
             x = np.array([features(parse(t), shapes[i], sms) for t in ranked])
@@ -139,11 +155,14 @@ def validate(store: dict, data: tuple, models: list[tuple], sms: int,
             "at_0.95": sum(f >= 0.95 for f in fractions)}
 
 
-def trees_json(model) -> tuple[float, list[list]]:
+def trees_json(model, x: np.ndarray) -> tuple[float, list[list]]:
     """(base, trees) of a fitted HistGradientBoostingRegressor in search.ranker's form (its
     module doc): sklearn lays a tree's nodes out depth first, so a node's left child is the
-    next node; leaf values (the learning rate already in them) in units of LEAF_SCALE."""
+    next node; leaf values (the learning rate already in them) in units of LEAF_SCALE;
+    thresholds written short where that splits the rows `x` as the exact one does
+    (short_threshold)."""
     base = float(np.ravel(model._baseline_prediction)[0])
+    columns = [np.unique(x[:, f]) for f in range(x.shape[1])]
     out = []
     for (predictor,) in model._predictors:
         nodes, tree = predictor.nodes, []
@@ -154,26 +173,43 @@ def trees_json(model) -> tuple[float, list[list]]:
             if int(node["left"]) != i + 1:
                 raise ValueError(f"scikit-learn's tree layout changed: node {i}'s left child "
                                  f"is {int(node['left'])}")
-            tree.append([int(node["feature_idx"]), float(f"{node['num_threshold']:.7g}"),
+            f = int(node["feature_idx"])
+            tree.append([f, short_threshold(float(node["num_threshold"]), columns[f]),
                          int(node["right"])])
         out.append(tree)
     return base, out
 
 
+def short_threshold(threshold: float, values: np.ndarray) -> float:
+    """`threshold` in the fewest significant digits (7 or more) that send every one of the
+    sorted `values` the same way (<= or >): a binned threshold may equal a value, which a
+    rounded-down threshold would send right."""
+    below = values[values <= threshold]
+    low = below[-1] if below.size else -math.inf
+    above = values[values > threshold]
+    high = above[0] if above.size else math.inf
+    for digits in range(7, 17):
+        short = float(f"{threshold:.{digits}g}")
+        if low <= short < high:
+            return short
+    return threshold
+
+
 def model_json(model, device_class: str, layout: str, programs: Counter,
-               trained: dict) -> dict:
-    """The model file's content (search.ranker's FORMAT)."""
-    base, trees = trees_json(model)
+               trained: dict, x: np.ndarray) -> dict:
+    """The model file's content (search.ranker's FORMAT); `x`: the rows its thresholds must
+    split as scikit-learn's do (trees_json)."""
+    base, trees = trees_json(model, x)
     return {"format": FORMAT, "device_class": device_class, "layout": layout,
             "features": list(FEATURES), "base": base, "leaf_scale": LEAF_SCALE,
             "programs": dict(sorted(programs.items())), "trained": trained, "trees": trees}
 
 
 def main(argv=None) -> int:
-    from gemmforge.search.choice import MIN_TRAINED_SHAPES
     from gemmforge.search.devices import multiprocessors
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", required=True, help="the campaign store (sqlite file)")
+    ap.add_argument("--store", required=True, action="append",
+                    help="a campaign store (sqlite file); repeat it to train on several")
     ap.add_argument("--out", required=True, help="the model file to write")
     ap.add_argument("--device-class", default="h100", help="the class the store measured")
     ap.add_argument("--seed", type=int, default=0)
@@ -184,21 +220,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     params = {**PARAMS, "max_iter": args.trees}
     sms = multiprocessors(args.device_class)
-    store = readings(args.store)
+    store = merged_readings(args.store)
     data = dataset(store, sms)
     layouts = {str(p.layout) for p in data[5]}
     if len(layouts) != 1:
-        raise SystemExit(f"{args.store}: shapes of layouts {sorted(layouts)}; one per model")
-    validation = (validate(store, data, fold_models(data, args.folds, args.seed, params), sms,
-                           MIN_TRAINED_SHAPES) if args.folds > 1 else None)
+        raise SystemExit(f"{', '.join(args.store)}: shapes of layouts {sorted(layouts)}; "
+                         "one per model")
+    validation = (validate(store, data, fold_models(data, args.folds, args.seed, params), sms)
+                  if args.folds > 1 else None)
     model = fit(data[0], data[1], data[2], args.seed, params)
     command = " ".join(["python3 -m gemmforge.search.ranker_train",
                         *(argv if argv is not None else sys.argv[1:])])
-    trained = {"command": command, "store": Path(args.store).name, "rows": len(data[1]),
-               "shapes": len(data[5]), "seed": args.seed, "params": params,
+    trained = {"command": command, "store": " + ".join(Path(s).name for s in args.store),
+               "rows": len(data[1]), "shapes": len(data[5]), "seed": args.seed, "params": params,
                "weight_slope": WEIGHT_SLOPE, "sklearn": _sklearn_version(),
                "validation": validation}
-    content = model_json(model, args.device_class, layouts.pop(), Counter(data[4]), trained)
+    content = model_json(model, args.device_class, layouts.pop(), Counter(data[4]), trained,
+                         data[0])
     walked = ranker.from_json(content).trees.predict(data[0])
     if not np.allclose(walked, model.predict(data[0]), atol=2e-4):  # leaves rounded
         raise SystemExit("the written trees do not reproduce scikit-learn's predictions "

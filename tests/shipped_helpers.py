@@ -7,10 +7,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 
 
-def shipped_file(tmp_path, rows):
-    """A shipped file of h100 rows (m, n, k, program, kernel_us), layout nn, built by ship()."""
-    lines = [f"{m},{n},{k},nn,f32,{H100},{prog.split()[0]},{prog},ok,{us},{us},1.0,2e-4\n"
-             for m, n, k, prog, us in rows]
+def shipped_file(tmp_path, rows, layouts=("nn",)):
+    """A shipped file of h100 rows (m, n, k, program, kernel_us), each row in every one of
+    `layouts`, built by ship()."""
+    lines = [f"{m},{n},{k},{lay},f32,{H100},{prog.split()[0]},{prog},ok,{us},{us},1.0,2e-4\n"
+             for lay in layouts for m, n, k, prog, us in rows]
     source = tmp_path / "rows.csv"
     source.write_text(HEADER + "".join(lines))
     out = tmp_path / "shipped.json"

@@ -23,11 +23,13 @@ TRITON_TALL = "triton sm_90a 128x64x64 w1x4 s2 swnone row/8 pred k1 dp c1x1 nows
 BM = ranker.FEATURES.index("log2_bm")
 
 
-def _model(programs=(PINGPONG, TALL, TRITON, TRITON_TALL), shapes=500) -> dict:
+def _model(programs=(PINGPONG, TALL, TRITON, TRITON_TALL), shapes=500, layout="nn",
+           leaves=(0, 1000, 2000)) -> dict:
     """A model file's content whose one tree scores a program by its tile's rows:
-    bm 64 -> 0, 128 -> 1, 192 and more -> 2."""
-    tree = [[BM, 6.5, 2], 0, [BM, 7.5, 4], 1000, 2000]  # leaves in units of leaf_scale
-    return {"format": ranker.FORMAT, "device_class": "h100", "layout": "nn",
+    bm 64 -> 0, 128 -> 1, 192 and more -> 2 (`leaves`, in units of leaf_scale)."""
+    low, mid, high = leaves
+    tree = [[BM, 6.5, 2], low, [BM, 7.5, 4], mid, high]
+    return {"format": ranker.FORMAT, "device_class": "h100", "layout": layout,
             "features": list(ranker.FEATURES), "base": 0.5, "leaf_scale": 1e-3,
             "programs": {t: shapes for t in programs}, "trained": {"command": "test"},
             "trees": [tree]}
@@ -120,6 +122,34 @@ def test_without_a_model_file_the_learned_rule_is_the_wave_rule(book, tmp_path, 
                    rule="learned", model=other) == waves
 
 
+def test_each_layout_s_shapes_are_ranked_by_that_layout_s_model_file(tmp_path, monkeypatch):
+    # nn's model prefers tall tiles, nt's short ones; a layout without a file: the wave rule
+    book = _shipped(tmp_path, [(320, 6144, 4096, PINGPONG, 60.0),
+                               (512, 6144, 4096, TALL, 70.0),
+                               (256, 6144, 4096, TRITON, 90.0)], layouts=("nn", "nt"))
+    monkeypatch.setattr(ranker, "DEFAULT_PATH", tmp_path / "ranker_h100.json")
+    assert ranker.default_path("nt") == tmp_path / "ranker_h100_nt.json"
+    ranker.default_path().write_text(json.dumps(_model()))
+    ranker.default_path("nt").write_text(json.dumps(_model(layout="nt", leaves=(2000, 1000, 0))))
+    assert ranker.load(layout="nt").layout == "nt" and ranker.load().layout == "nn"
+
+    def served(layout, rule="learned"):
+        return resolve(Problem(333, 6144, 4096, layout), Arch.SM90A, "h100", rule=rule,
+                       shipped_path=book, use_tuned=False)
+    assert str(served("nn").program) == TALL and served("nn").ranked == 3
+    assert str(served("nt").program) == TRITON and served("nt").ranked == 3
+    ranker.default_path("nt").unlink()
+    assert ranker.load(layout="nt") is None
+    assert served("nt") == served("nt", "waves") and served("nt").ranked is None
+    assert served("nn").ranked == 3
+
+
+def test_a_small_model_ranks_programs_seen_at_an_eighth_of_its_shapes():
+    from gemmforge.search.choice import MIN_TRAINED_SHAPES, min_trained_shapes
+    assert min_trained_shapes(None) == MIN_TRAINED_SHAPES == min_trained_shapes(813)
+    assert min_trained_shapes(160) == 20 and min_trained_shapes(128) == 16
+
+
 def _store(path, rows):
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE programs (id INTEGER PRIMARY KEY, text TEXT)")
@@ -161,6 +191,25 @@ def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
     ranker_train.main(["--store", str(store), "--out", str(again), "--folds", "1",
                        "--trees", "60"])
     assert json.loads(again.read_text())["trees"] == json.loads(out.read_text())["trees"]
+
+
+def test_a_threshold_equal_to_a_row_s_value_is_written_to_send_that_row_left():
+    from gemmforge.search.ranker_train import short_threshold
+    value = -2.6646096453060752  # 7 digits round it down, past the row: it would go right
+    written = short_threshold(value, np.array([value - 1, value, value + 1e-3]))
+    assert value <= written < value + 1e-3 and written == -2.6646096
+    assert short_threshold(0.123456789, np.array([0.1, 0.2])) == 0.1234568
+
+
+def test_the_package_s_nt_model_loads_and_ranks():
+    model = ranker.load(layout="nt")
+    assert model is not None and model.device_class == "h100" and model.layout == "nt"
+    assert model.trained["store"] == "small_nt_h100.db + llm_nt_h100.db"
+    programs = [parse(t) for t in sorted(model.programs)[:8]]
+    scores = model.scores(programs, Problem(77, 4096, 4096, "nt"), 132)
+    assert scores.shape == (8,) and np.isfinite(scores).all()
+    chosen = resolve(Problem(77, 4096, 4096, "nt"), Arch.SM90A, "h100", use_tuned=False)
+    assert chosen.provenance == "shipped-nearest" and chosen.ranked is not None
 
 
 def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
