@@ -250,6 +250,22 @@ class CampaignStore:
         return row[0]
 
 
+def read_only_rows(path: Path | str, passes: Sequence[str] | None = None):
+    """(problem text, pass, program text, status, speedup, result JSON) of every measurement
+    of the store at `path` (of `passes` only, where given), in the order recorded. The file
+    is opened read-only: a copy of a store, or one a campaign is writing, is never changed."""
+    sql = ("SELECT m.problem, m.pass, p.text, m.status, m.speedup, m.result FROM measurements m "
+           "JOIN programs p ON p.id = m.program")
+    args: tuple = ()
+    if passes is not None:
+        sql, args = sql + f" WHERE m.pass IN ({','.join('?' * len(passes))})", tuple(passes)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        yield from con.execute(sql + " ORDER BY m.id", args)
+    finally:
+        con.close()
+
+
 def _counted_speedup(r: Result) -> float | None:
     """The speedup column: the Result's speedup where it counts (ok and plausible)."""
     return r.speedup if r.ok and not r.implausible else None

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sqlite3
 import sys
 from collections import Counter
 from pathlib import Path
@@ -52,20 +51,15 @@ a few hundred KB."""
 
 def readings(path: str | Path) -> dict:
     """{problem: {program text: cuBLAS ratio, 0.0 where it failed}} of a campaign store's
-    portfolio pass (opened read-only; a program read twice keeps its best)."""
+    portfolio pass (campaign_store.read_only_rows; a program read twice keeps its best)."""
+    from gemmforge.search.campaign_store import read_only_rows
     from gemmforge.search.shapes import parse_shapes
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out: dict = {}
-    try:
-        for problem, text, status, speedup in con.execute(
-                "SELECT m.problem, p.text, m.status, m.speedup FROM measurements m "
-                "JOIN programs p ON p.id = m.program WHERE m.pass = 'portfolio'"):
-            shape, layout, acc = problem.split()
-            key = parse_shapes(shape, layout, acc)[0]
-            ratio = speedup if status == "ok" and speedup else 0.0
-            out.setdefault(key, {})[text] = max(ratio, out.get(key, {}).get(text, 0.0))
-    finally:
-        con.close()
+    for problem, _, text, status, speedup, _ in read_only_rows(path, ("portfolio",)):
+        shape, layout, acc = problem.split()
+        key = parse_shapes(shape, layout, acc)[0]
+        ratio = speedup if status == "ok" and speedup else 0.0
+        out.setdefault(key, {})[text] = max(ratio, out.get(key, {}).get(text, 0.0))
     return out
 
 

@@ -151,13 +151,13 @@ def test_a_small_model_ranks_programs_seen_at_an_eighth_of_its_shapes():
 
 
 def _store(path, rows):
+    from gemmforge.search.campaign_store import SCHEMA
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE programs (id INTEGER PRIMARY KEY, text TEXT)")
-    con.execute("CREATE TABLE measurements (problem TEXT, pass TEXT, round INTEGER, "
-                "program INTEGER, status TEXT, speedup REAL)")
+    con.executescript(SCHEMA)
     texts = sorted({t for _, t, _ in rows})
     con.executemany("INSERT INTO programs VALUES (?, ?)", list(enumerate(texts, 1)))
-    con.executemany("INSERT INTO measurements VALUES (?, 'portfolio', 0, ?, 'ok', ?)",
+    con.executemany("INSERT INTO measurements (problem, pass, round, program, status, speedup, "
+                    "result, at) VALUES (?, 'portfolio', 0, ?, 'ok', ?, '{}', 0)",
                     [(shape, texts.index(t) + 1, r) for shape, t, r in rows])
     con.commit()
     con.close()
