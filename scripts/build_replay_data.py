@@ -1,16 +1,28 @@
 """Build search/data/measured_gpu.csv.gz: every GPU measurement the repository has recorded.
 
-    python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.gz]
+    python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.gz] [--store PATH ...]
+
+The shipped file was built with the four H100 campaign stores (copies: the script opens
+them read-only):
+
+    python scripts/build_replay_data.py --store .carry/campaign/rerun_h100.db \
+        --store .carry/campaign/small_nt_h100.db --store .carry/campaign/llm_nt_h100.db \
+        --store .carry/campaign/off_grid_h100.db
 
 Reads every version of every CSV under benchmarks/results/ in the git history (results
 that later commits superseded or removed included: a measurement stays a measurement),
-keeps the ok rows with both times, and writes one row per (problem, device, program):
+keeps the ok rows with both times, adds every ok reading of each `--store` (a campaign
+store, search.campaign_store: its portfolio, search and confirm rounds alike, read with
+campaign_store.read_only_rows; the speedup is the paired cuBLAS ratio the store counted,
+readings it held implausible are left out), and writes one row per (problem, device,
+program):
 
     m,n,k,layout,acc,device,program,speedup,kernel_us,cublas_us,count
 
 `speedup` is the median over the recorded measurements of Result.speedup (the paired
-per-round ratio where recorded, else cublas_us / kernel_us), the times their medians,
-`count` how many measurements were merged. Programs are rewritten in the current
+per-round ratio where recorded, else cublas_us / kernel_us), the times their medians (all
+three to DIGITS significant digits),
+`count` how many measurements were merged (CSV rows and store readings alike). Programs are rewritten in the current
 canonical text; rows whose program no longer parses are dropped (counted on stderr).
 search.replay_reward reads the file.
 """
@@ -20,14 +32,17 @@ import argparse
 import csv
 import gzip
 import io
+import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 RESULTS = "benchmarks/results"
 FIELDS = ("m", "n", "k", "layout", "acc", "device", "program", "speedup", "kernel_us",
           "cublas_us", "count")
+DIGITS = 4  # significant digits of the medians: far inside a reading's spread, file ~1.5 MB
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "search" / "data" / "measured_gpu.csv.gz"
 
 
@@ -77,6 +92,23 @@ def measurements(repo: Path):
     return out
 
 
+def store_measurements(path: Path) -> dict:
+    """Ok readings of a campaign store: (problem key, device, program text) -> list of
+    (speedup, kernel_us, cublas_us), every round of every pass."""
+    from gemmforge.search.campaign_store import read_only_rows
+    out: dict = {}
+    for problem, _, text, status, speedup, result in read_only_rows(path):
+        data = json.loads(result)
+        kernel, cublas = _float(data.get("kernel_us")), _float(data.get("cublas_us"))
+        if status != "ok" or not speedup or kernel is None or cublas is None:
+            continue
+        shape, layout, acc = problem.split()
+        m, n, k = (int(v) for v in shape.split("x"))
+        out.setdefault(((m, n, k, layout, acc), data["device"], text), []).append(
+            (speedup, kernel, cublas))
+    return out
+
+
 def canonical(text: str) -> str | None:
     """The program's current canonical text, or None if it no longer parses."""
     from gemmforge.ir.program import IRError
@@ -87,28 +119,38 @@ def canonical(text: str) -> str | None:
         return None
 
 
-def build(repo: Path, out: Path) -> int:
+def build(repo: Path, out: Path, stores: Sequence[Path] = ()) -> int:
     """Write the merged file; returns the number of rows written."""
     merged: dict = {}
     dropped = 0
-    for (problem, device, text), values in measurements(repo).items():
-        program = canonical(text)
-        if program is None:
-            dropped += 1
-            continue
-        merged.setdefault((problem, device, program), []).extend(values)
+    texts: dict[str, str | None] = {}
+    sources = [("benchmarks/results", measurements(repo))]
+    sources += [(str(path), store_measurements(path)) for path in stores]
+    for name, found in sources:
+        readings = sum(len(v) for v in found.values())
+        print(f"{name}: {readings} measurements of {len(found)} (problem, device, program)",
+              file=sys.stderr)
+        for (problem, device, text), values in found.items():
+            if text not in texts:
+                texts[text] = canonical(text)
+            if texts[text] is None:
+                dropped += 1
+                continue
+            merged.setdefault((problem, device, texts[text]), []).extend(values)
     rows = sorted(merged.items())
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(FIELDS)
     for (problem, device, program), values in rows:
         med = [statistics.median(v[i] for v in values) for i in range(3)]
-        writer.writerow([*problem, device, program, f"{med[0]:.5f}", f"{med[1]:.3f}",
-                         f"{med[2]:.3f}", len(values)])
+        writer.writerow([*problem, device, program, *(f"{v:.{DIGITS}g}" for v in med),
+                         len(values)])
     out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same rows, the same bytes
         f.write(buf.getvalue().encode())
-    print(f"{out}: {len(rows)} rows; {dropped} (problem, device, program) dropped: program "
+    print(f"{out}: {len(rows)} rows, {sum(len(v) for _, v in rows)} measurements, "
+          f"{len({r[0] for r, _ in rows})} problems, {len({r[2] for r, _ in rows})} programs, "
+          f"{out.stat().st_size} bytes; {dropped} (problem, device, program) dropped: program "
           "no longer parses", file=sys.stderr)
     return len(rows)
 
@@ -117,8 +159,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    ap.add_argument("--store", type=Path, action="append", default=[],
+                    help="a campaign store whose ok readings are merged too (repeatable)")
     args = ap.parse_args(argv)
-    build(args.repo, args.out)
+    build(args.repo, args.out, args.store)
 
 
 if __name__ == "__main__":
