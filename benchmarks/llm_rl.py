@@ -45,7 +45,8 @@ from gemmforge.ir.space import Space
 from gemmforge.policy.llm import parse_reply
 from gemmforge.policy.prompts import TEXT_REPLY_TOKENS, Prompt
 from gemmforge.search.env import WORST_REWARD
-from gemmforge.search.llm_tasks import ARCH, TEMPERATURE, make_tasks, split_shapes
+from gemmforge.search.llm_tasks import (
+    ARCH, TEMPERATURE, held_out_free, make_tasks, split_shapes)
 from gemmforge.search.replay_reward import ReplayReward, is_estimated
 
 STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
@@ -280,7 +281,7 @@ def main(argv=None) -> int:
     full = ReplayReward()
     split = split_shapes(full)
     held = split.held_out[:: max(1, len(split.held_out) // args.shapes)][:args.shapes]
-    prompt_model = ReplayReward(exclude=split.held_out)
+    prompt_model = held_out_free(full, split)
     tasks = with_lineages(make_tasks(held, prompt_model, seed=EVAL_SEED), held, prompt_model,
                           EVAL_SEED)
     stages, shapes, done = [], [], set()

@@ -3,7 +3,7 @@ and the reward a completion earns, all answered from recorded GPU measurements.
 
     model = ReplayReward()                                    # search.replay_reward
     split = split_shapes(model)                               # train / held-out problems
-    tasks = make_tasks(split.train, ReplayReward(exclude=split.held_out))
+    tasks = make_tasks(split.train, held_out_free(model, split))
     reward_fn = make_replay_reward_fn(model)                  # a TRL reward function
 
 A task is one prompt (policy.prompts.build_prompt) for one problem on sm_90a, with a
@@ -41,6 +41,12 @@ from gemmforge.policy.reward import WORST_REWARD
 from gemmforge.search.replay_reward import ReplayReward
 
 GRID = Path(__file__).with_name("data") / "grid_1000.txt"
+HELD_OUT_FILE = Path(__file__).with_name("data") / "llm_held_out.txt"
+"""The held-out shapes, one a line: the 30 measured grid shapes evenly spaced in FLOPs
+order that the split chose when benchmarks/results alone fed the replay data (7,050 rows,
+214 training shapes). Fixed in this file since the campaign stores joined the data (most
+grid shapes are measured now): every run, evaluation and live reading since the
+fourteenth session holds out the same 30."""
 HELD_OUT = 30
 EXAMPLES = 4
 NEW_PROGRAM_BREAK_EVEN = 0.2
@@ -69,23 +75,30 @@ def grid_problems(path: Path = GRID) -> set[Problem]:
             if line.strip()}
 
 
-def split_shapes(model: ReplayReward, held_out: int = HELD_OUT) -> Split:
-    """Held out: `held_out` grid shapes with measurements, evenly spaced in FLOPs order;
-    train: every other measured shape of the same kind (sm_90a rows, nn, f32)."""
-    grid = grid_problems()
-    measured = [p for p in model.problems() if _has_arch(model, p)]
-    on_grid = sorted((p for p in measured if p in grid), key=lambda p: (p.flops, str(p)))
-    if len(on_grid) < held_out:
-        raise ValueError(f"only {len(on_grid)} measured grid shapes; {held_out} asked")
-    step = len(on_grid) / held_out
-    held = tuple(on_grid[int(i * step)] for i in range(held_out))
-    train = tuple(p for p in measured if p not in set(held))
+def held_out_problems(path: Path = HELD_OUT_FILE) -> tuple[Problem, ...]:
+    """The held-out shapes of HELD_OUT_FILE, in its order (FLOPs)."""
+    return tuple(parse_problem(line.strip()) for line in path.read_text().splitlines()
+                 if line.strip())
+
+
+def split_shapes(model: ReplayReward) -> Split:
+    """Held out: the shapes of HELD_OUT_FILE; train: every other shape `model` measured
+    of the training kind (sm_90a rows, nn, f32: one grammar constrains the prompts)."""
+    held = held_out_problems()
+    train = tuple(p for p in model.problems() if p not in set(held)
+                  and (str(p.layout), str(p.acc)) == ("nn", "f32") and _has_arch(model, p))
     return Split(train, held)
 
 
+def held_out_free(model: ReplayReward, split: Split) -> ReplayReward:
+    """`model` less every measurement at a held-out shape (neither replayed nor a
+    neighbour of an estimate): the reward training scores with and the held-out prompts'
+    examples are scored with."""
+    return ReplayReward(device=model.device, rows=model.rows, exclude=split.held_out)
+
+
 def _has_arch(model: ReplayReward, problem: Problem) -> bool:
-    return any(r.problem == problem and r.program.split()[1] == ARCH.value
-               for r in model.rows)
+    return any(r.program.split()[1] == ARCH.value for r in model.at(problem))
 
 
 def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
 from gemmforge.search.llm_tasks import (
-    GENERATIONS, TEMPERATURE, make_replay_reward_fn, make_tasks, split_shapes,
+    GENERATIONS, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks, split_shapes,
 )
 from gemmforge.search.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
@@ -202,7 +202,7 @@ def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = T
     output.mkdir(parents=True, exist_ok=True)
     full = ReplayReward(data, device)
     split = split_shapes(full)
-    model = ReplayReward(data, device, exclude=split.held_out)
+    model = held_out_free(full, split)
     (output / "split.json").write_text(json.dumps(
         {"train": [str(p) for p in split.train], "held_out": [str(p) for p in split.held_out]},
         indent=1))

@@ -119,23 +119,32 @@ class ReplayReward:
         self.device = device
         self.rows = rows
         self.exact = {(str(r.problem), r.program): r for r in rows}
+        self._at: dict[Problem, list[Measured]] = {}  # the rows of each problem
+        for r in rows:
+            self._at.setdefault(r.problem, []).append(r)
         self._programs = sorted({r.program for r in rows})
         index = {text: i for i, text in enumerate(self._programs)}
         self._parsed = [_parse(t) for t in self._programs]
         self._program_of = np.array([index[r.program] for r in rows])
         self._shape = np.array([_log_shape(r.problem) for r in rows])
         self._log_speedup = np.log([r.speedup for r in rows])
-        self._group = [(str(r.problem.layout), str(r.problem.acc),
-                        self._parsed[index[r.program]].arch) for r in rows]
+        groups = [(str(r.problem.layout), str(r.problem.acc),
+                   self._parsed[index[r.program]].arch) for r in rows]
+        self._group_ids = {g: i for i, g in enumerate(sorted(set(groups), key=str))}
+        self._group = np.array([self._group_ids[g] for g in groups])
         self._distances = lru_cache(maxsize=4096)(self._program_distances)
 
     def problems(self) -> list[Problem]:
         """Every problem with at least one measurement, sorted by text."""
-        return sorted({r.problem for r in self.rows}, key=str)
+        return sorted(self._at, key=str)
+
+    def at(self, problem: Problem) -> list[Measured]:
+        """The rows measured at `problem` (none for a problem never measured)."""
+        return self._at.get(problem, [])
 
     def best(self, problem: Problem) -> Measured | None:
         """The fastest measured program for `problem` (the tuned best), or None."""
-        here = [r for r in self.rows if r.problem == problem]
+        here = self.at(problem)
         return max(here, key=lambda r: r.speedup) if here else None
 
     def _program_distances(self, program: Program) -> np.ndarray:
@@ -143,15 +152,14 @@ class ReplayReward:
 
     def _cublas_us(self, problem: Problem, near: Measured) -> float:
         """cuBLAS's recorded time on `problem`, else `near`'s scaled by the FLOPs."""
-        for r in self.rows:
-            if r.problem == problem:
-                return r.cublas_us
+        for r in self.at(problem):
+            return r.cublas_us
         return near.cublas_us * problem.flops / near.problem.flops
 
     def estimate(self, program: Program, problem: Problem) -> tuple[float, list[Measured]]:
         """(estimated speedup, the neighbours it came from) for a pair never measured."""
-        group = (str(problem.layout), str(problem.acc), program.arch)
-        same = np.array([g == group for g in self._group])
+        group = self._group_ids.get((str(problem.layout), str(problem.acc), program.arch), -1)
+        same = self._group == group
         dist = (self._distances(program)[self._program_of]
                 + SHAPE_WEIGHT * np.abs(self._shape - _log_shape(problem)).sum(axis=1))
         dist = dist + np.where(same, 0.0, KIND_DISTANCE)

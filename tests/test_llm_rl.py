@@ -17,9 +17,10 @@ from gemmforge.policy.prompts import FAILED_REWARD
 from gemmforge.policy.samplers import (
     OpenAISampler, TransformersSampler, VLLMSampler, adapter_id, adapter_name, adapter_rank)
 from gemmforge.search.llm_tasks import (
-    HELD_OUT, grid_problems, make_replay_reward_fn, make_tasks, seeded_lineage, split_shapes)
+    HELD_OUT, grid_problems, held_out_free, make_replay_reward_fn, make_tasks, seeded_lineage,
+    split_shapes)
 from gemmforge.search.llm_train import StepLog
-from gemmforge.search.replay_reward import Measured, ReplayReward
+from gemmforge.search.replay_reward import Measured, ReplayReward, is_estimated
 
 WGMMA = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma"
 PROBLEM = parse_problem("4096x4096x4096")
@@ -52,8 +53,33 @@ def test_held_out_shapes_are_grid_shapes_apart_from_training(split):
     assert len(split.train) > 100
 
 
+def test_training_shapes_are_one_problem_class():
+    model = ReplayReward(rows=[Measured(PROBLEM, str(parse(WGMMA)), 1.0, 10.0, 10.0, 1),
+                               Measured(parse_problem("4096x4096x4096 nt f32"),
+                                        str(parse(WGMMA)), 1.0, 10.0, 10.0, 1)])
+    assert split_shapes(model).train == (PROBLEM,)  # nt readings never prompt training
+
+
+def test_no_held_out_reading_reaches_the_training_reward(full, split):
+    model = held_out_free(full, split)
+    reward_fn = make_replay_reward_fn(model)
+    for problem in split.held_out:
+        assert full.at(problem) and not model.at(problem)  # measured, and left out
+    for problem in split.held_out[::5]:
+        measured = sorted(full.at(problem), key=lambda r: -r.speedup)[:2]
+        for row in measured:
+            result = model.result(row.program, problem)
+            assert is_estimated(result)
+            _, near = model.estimate(parse(row.program), problem)
+            assert not {r.problem for r in near} & set(split.held_out)
+            reply = row.program.split(" ", 2)[2]  # what follows the reply prefix
+            got = reward_fn([reply], [str(problem)], ["sm_90a"], shown=["[]"],
+                            reply_prefix=[" ".join(row.program.split()[:2]) + " "])
+            assert got == pytest.approx([model.score([row.program], problem)[0]])
+
+
 def test_tasks_never_use_held_out_measurements(full, split):
-    model = ReplayReward(exclude=split.held_out)
+    model = held_out_free(full, split)
     assert not set(model.problems()) & set(split.held_out)
     tasks = make_tasks(split.held_out[:2], model, seed=3)
     assert [t["problem"] for t in tasks] == [str(p) for p in split.held_out[:2]]
@@ -64,9 +90,9 @@ def test_tasks_never_use_held_out_measurements(full, split):
     assert make_tasks(split.held_out[:2], model, seed=3) == tasks  # deterministic
 
 
-def test_seeded_lineage_holds_legal_programs_with_their_rewards(split):
+def test_seeded_lineage_holds_legal_programs_with_their_rewards(full, split):
     import random
-    model = ReplayReward(exclude=split.held_out)
+    model = held_out_free(full, split)
     problem = max(split.train, key=lambda p: p.flops)
     lineage = seeded_lineage(problem, model, random.Random(0), examples=3)
     rows = lineage.measured(str(problem))
