@@ -9,7 +9,8 @@ Answers, per program:
   1. text that doesn't parse, or a program that fails ir.verify for the problem: an
      `invalid` Result with the reason (so the reward is policy.reward.WORST_REWARD);
   2. a (program, problem) the GPU measured: the median of its recorded measurements
-     (scripts/build_replay_data.py merged every CSV that benchmarks/results ever held),
+     (scripts/build_replay_data.py merged every CSV that benchmarks/results ever held and
+     every ok reading of the H100 campaign stores),
      flagged REPLAYED_FLAG;
   3. otherwise an estimate from the K_NEAREST nearest measured (program, problem) pairs,
      flagged ESTIMATED_FLAG. The distance adds
