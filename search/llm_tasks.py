@@ -106,8 +106,8 @@ def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
     """A lineage of `examples` measured programs (sm_90a, of the config's backends, legal
     here), each with its replayed or estimated reward on `problem`."""
     from gemmforge.ir.verify import check
-    pool = sorted({r.program for r in model.rows if r.program.split()[1] == ARCH.value
-                   and (not config.backends or r.program.split()[0] in config.backends)})
+    pool = [text for text in model.programs() if text.split()[1] == ARCH.value
+            and (not config.backends or text.split()[0] in config.backends)]
     rng.shuffle(pool)
     lineage = Lineage()
     for text in pool:

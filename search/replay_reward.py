@@ -139,6 +139,10 @@ class ReplayReward:
         """Every problem with at least one measurement, sorted by text."""
         return sorted(self._at, key=str)
 
+    def programs(self) -> list[str]:
+        """Every measured program's text, sorted."""
+        return self._programs
+
     def at(self, problem: Problem) -> list[Measured]:
         """The rows measured at `problem` (none for a problem never measured)."""
         return self._at.get(problem, [])
