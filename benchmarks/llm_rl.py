@@ -46,7 +46,7 @@ from gemmforge.policy.llm import parse_reply
 from gemmforge.policy.prompts import TEXT_REPLY_TOKENS, Prompt
 from gemmforge.search.env import WORST_REWARD
 from gemmforge.search.llm_tasks import (
-    ARCH, TEMPERATURE, held_out_free, make_tasks, split_shapes)
+    ARCH, TEMPERATURE, held_out_free, make_tasks, prompt_pool, split_shapes)
 from gemmforge.search.replay_reward import ReplayReward, is_estimated
 
 STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
@@ -91,7 +91,8 @@ def two_rounds(sampler, task: dict, problem, args, rules=None) -> list:
     return first + [parse_reply(t, problem, ARCH) for t in texts]
 
 
-def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int) -> list[dict]:
+def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int,
+                  pool=None) -> list[dict]:
     """The tasks (make_tasks, one per problem) with the lineage each prompt was built
     from (drawn again from the same seed), for a second round's prompt."""
     from gemmforge.policy.prompts import build_prompt
@@ -99,7 +100,7 @@ def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int) -
     rng = random.Random(seed)
     out = []
     for task, problem in zip(tasks, problems):
-        lineage = seeded_lineage(problem, model, rng)
+        lineage = seeded_lineage(problem, model, rng, pool=pool)
         assert build_prompt(problem, ARCH, lineage, CONFIG).chat() == task["prompt"]
         out.append(dict(task, lineage=lineage))
     return out
@@ -282,8 +283,9 @@ def main(argv=None) -> int:
     split = split_shapes(full)
     held = split.held_out[:: max(1, len(split.held_out) // args.shapes)][:args.shapes]
     prompt_model = held_out_free(full, split)
-    tasks = with_lineages(make_tasks(held, prompt_model, seed=EVAL_SEED), held, prompt_model,
-                          EVAL_SEED)
+    pool = prompt_pool()
+    tasks = with_lineages(make_tasks(held, prompt_model, seed=EVAL_SEED, pool=pool), held,
+                          prompt_model, EVAL_SEED, pool)
     stages, shapes, done = [], [], set()
     order = args.stages.split(",")
     proposing = "trained_grammar" if "trained_grammar" in order else "trained"

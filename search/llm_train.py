@@ -34,7 +34,8 @@ from pathlib import Path
 
 from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
 from gemmforge.search.llm_tasks import (
-    GENERATIONS, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks, split_shapes,
+    GENERATIONS, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks, prompt_pool,
+    split_shapes,
 )
 from gemmforge.search.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
@@ -209,7 +210,7 @@ def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = T
     policy, tokenizer = load_model(model_dir)
     rows = [dict(row, prompt=rendered(tokenizer, row["prompt"]))
             for row in make_tasks(split.train, model, per_problem=settings.per_problem,
-                                  seed=settings.seed)]
+                                  seed=settings.seed, pool=prompt_pool())]
     log = StepLog(output / "steps.csv", output / "completions.jsonl")
     trainer = GRPOTrainer(model=policy, processing_class=tokenizer,
                           reward_funcs=_logged_reward_fn(model, log),

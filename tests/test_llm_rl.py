@@ -17,8 +17,8 @@ from gemmforge.policy.prompts import FAILED_REWARD
 from gemmforge.policy.samplers import (
     OpenAISampler, TransformersSampler, VLLMSampler, adapter_id, adapter_name, adapter_rank)
 from gemmforge.search.llm_tasks import (
-    HELD_OUT, grid_problems, held_out_free, make_replay_reward_fn, make_tasks, seeded_lineage,
-    split_shapes)
+    HELD_OUT, grid_problems, held_out_free, make_replay_reward_fn, make_tasks, prompt_pool,
+    seeded_lineage, split_shapes)
 from gemmforge.search.llm_train import StepLog
 from gemmforge.search.replay_reward import Measured, ReplayReward, is_estimated
 
@@ -328,3 +328,14 @@ def test_replay_check_compares_replayed_proposals_with_live_readings(tmp_path):
         (math.log(1.05) + math.log(0.90 / 1.1)) / 2)
     assert row["pick_is_live_best"] is False  # the replay picks the s4 program, live s3 wins
     assert row["live_within"] and row["replayed_within"] and summary["verdicts_agree"] == 1
+
+
+def test_prompts_draw_their_examples_from_the_fixed_pool(full, split):
+    import random
+    pool = prompt_pool()
+    assert len(pool) > 100 and all(str(parse(t)) == t for t in pool)
+    assert {tuple(t.split()[:2]) for t in pool} == {("cuda_wgmma", "sm_90a")}
+    assert len(full.programs()) > 5 * len(pool)  # the stores measured many more
+    lineage = seeded_lineage(split.held_out[3], held_out_free(full, split), random.Random(0),
+                             pool=pool)
+    assert {str(p) for p, _ in lineage.measured(str(split.held_out[3]))} <= set(pool)
