@@ -71,8 +71,10 @@ def test_cold_rotates_through_distinct_operand_copies(simulate, monkeypatch):
     """Each cold launch reads its own copy of the operands, a copy per rotation set, every
     copy holding the same values as the buffers the other protocols time."""
     seen = collections.Counter()
+    held = []  # every buffer launched on stays alive, so no address is reused for another
 
     def record(a, b, out):
+        held.append((a, b, out))
         seen[(a.data_ptr(), b.data_ptr(), out.data_ptr())] += 1
         out.copy_(gate.reference(a, b, "nn").half())
     sim = simulate(candidate_us=5.0, kernel_fn=record)

@@ -93,10 +93,12 @@ def test_the_replay_scores_picks_by_the_portfolio_pass_and_leaves_untimed_ones_o
     store = tmp_path / "store.db"
     con = sqlite3.connect(store)
     con.execute("CREATE TABLE programs (id INTEGER PRIMARY KEY, text TEXT)")
-    con.execute("CREATE TABLE measurements (problem TEXT, pass TEXT, round INTEGER, "
-                "program INTEGER, status TEXT, speedup REAL)")
+    con.execute("CREATE TABLE measurements (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "problem TEXT, pass TEXT, round INTEGER, program INTEGER, status TEXT, "
+                "speedup REAL, result TEXT NOT NULL DEFAULT '{}')")  # campaign_store's columns
     con.executemany("INSERT INTO programs VALUES (?, ?)", [(1, PINGPONG), (2, TALL)])
-    con.executemany("INSERT INTO measurements VALUES (?, ?, 0, ?, ?, ?)", [
+    con.executemany("INSERT INTO measurements (problem, pass, round, program, status, speedup) "
+                    "VALUES (?, ?, 0, ?, ?, ?)", [
         ("333x6144x4096 nn f32", "portfolio", 1, "ok", 0.5),
         ("333x6144x4096 nn f32", "portfolio", 2, "ok", 0.8),
         ("333x6144x4096 nn f32", "confirm", 2, "ok", 0.9),     # another pass: not read
