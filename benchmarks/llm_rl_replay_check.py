@@ -12,8 +12,10 @@ benchmarks/llm_rl.py scores the evaluation with: a program measured at the shape
 replayed). Per model it prints, over the proposals, the mean and RMS of
 log(replayed / live cuBLAS ratio); and per shape, whether the proposal the replay ranks
 first is the live best (within 2 % of it), and whether the replay's verdict "best proposal
-within 5 % of the shipped program" (both replayed) matches the live one. Writes the
-per-shape rows to --out.
+within 5 % of the shipped program" (both replayed) matches the live one; and the error's
+mean, median absolute value and RMS apart below and above 2mnk = 1e11 FLOPs (the stores
+measured the small shapes densely, the large ones later and thinly). Writes the per-shape
+rows to --out.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from gemmforge.search.replay_reward import DATA_FILE, ReplayReward, is_estimated
 
 WITHIN = 0.95  # the live check's "within 5 % of the shipped program"
 SAME_PICK = 0.98  # the replay's first pick counts as the live best within 2 % of it
+LARGE_FLOPS = 1e11  # the size split of the errors
 
 
 def live_groups(path: Path) -> dict:
@@ -47,16 +50,27 @@ def live_groups(path: Path) -> dict:
     return out
 
 
+def error_stats(errors: list[float]) -> str:
+    """`mean / median abs / RMS (n)` of log errors, or `-` when there are none."""
+    if not errors:
+        return "-"
+    rms = math.sqrt(statistics.fmean(e * e for e in errors))
+    return (f"{statistics.fmean(errors):+.3f} / {statistics.median(map(abs, errors)):.3f} / "
+            f"{rms:.3f} ({len(errors)})")
+
+
 def check(model: ReplayReward, groups: dict) -> tuple[dict, list[dict]]:
     """(summary, per-shape rows) of one model against the live groups."""
-    errors, rows, estimated = [], [], 0
+    errors, rows, estimated, by_size = [], [], 0, {"below_1e11": [], "above_1e11": []}
     for problem, (shipped_text, shipped, proposals) in groups.items():
         if not proposals:
             continue
         results = {text: model.result(text, problem) for text in proposals}
         estimated += sum(is_estimated(r) for r in results.values())
         replayed = {text: r.speedup for text, r in results.items()}
-        errors += [math.log(replayed[t] / live) for t, live in proposals.items()]
+        shape_errors = [math.log(replayed[t] / live) for t, live in proposals.items()]
+        errors += shape_errors
+        by_size["above_1e11" if problem.flops > LARGE_FLOPS else "below_1e11"] += shape_errors
         pick = max(replayed, key=replayed.get)
         live_best = max(proposals.values())
         row = {"problem": str(problem), "proposals": len(proposals),
@@ -74,7 +88,8 @@ def check(model: ReplayReward, groups: dict) -> tuple[dict, list[dict]]:
                "shapes": len(rows), "pick_is_live_best": sum(r["pick_is_live_best"] for r in rows),
                "verdicts_agree": sum(r["live_within"] == r["replayed_within"] for r in judged),
                "live_within": sum(r["live_within"] for r in judged),
-               "replayed_within": sum(r["replayed_within"] for r in judged), "judged": len(judged)}
+               "replayed_within": sum(r["replayed_within"] for r in judged), "judged": len(judged),
+               **{size: error_stats(e) for size, e in by_size.items()}}
     return summary, rows
 
 

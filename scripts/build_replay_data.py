@@ -2,12 +2,13 @@
 
     python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.gz] [--store PATH ...]
 
-The shipped file was built with the four H100 campaign stores (copies: the script opens
+The shipped file was built with the six H100 campaign stores (copies: the script opens
 them read-only):
 
     python scripts/build_replay_data.py --store .carry/campaign/rerun_h100.db \
         --store .carry/campaign/small_nt_h100.db --store .carry/campaign/llm_nt_h100.db \
-        --store .carry/campaign/off_grid_h100.db
+        --store .carry/campaign/off_grid_h100.db \
+        --store .carry/large/large_sustained_h100.db --store .carry/large/large_c2x1_h100.db
 
 Reads every version of every CSV under benchmarks/results/ in the git history (results
 that later commits superseded or removed included: a measurement stays a measurement),

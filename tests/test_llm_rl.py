@@ -326,6 +326,7 @@ def test_replay_check_compares_replayed_proposals_with_live_readings(tmp_path):
     summary, (row,) = check.check(_model(), groups)  # replays 1.05 and 0.90
     assert summary["mean_log_error"] == pytest.approx(
         (math.log(1.05) + math.log(0.90 / 1.1)) / 2)
+    assert summary["below_1e11"] == "-" and summary["above_1e11"].endswith("(2)")  # 1.4e11
     assert row["pick_is_live_best"] is False  # the replay picks the s4 program, live s3 wins
     assert row["live_within"] and row["replayed_within"] and summary["verdicts_agree"] == 1
 
