@@ -139,12 +139,13 @@ def test_runtime_path_needs_neither_optuna_nor_sqlalchemy():
 
 def test_the_package_ships_the_large_class_confirmations():
     """187 shapes with 2mnk >= 1e11 per class, each program legal for its shape, each with
-    its command; geomeans as benchmarks/README.md. H100: the eighteenth session's campaign
-    under sustained load (one reading a shape, two where both runs confirmed the winner),
-    each row with its sustained figures; H200: the twelfth session's two confirmations."""
+    its command; geomeans as benchmarks/README.md. H100: the large campaigns under sustained
+    load of the eighteenth and nineteenth sessions (one reading a shape, two where both runs
+    confirmed the winner), each row with its sustained figures; H200: the twelfth session's
+    two confirmations."""
     book = read(DEFAULT_PATH)
-    for cls, readings, tool, geomean in (("h100", {1, 2}, "campaign --storage large_sustained",
-                                          1.0333), ("h200", {2}, "hopper_large.py", 1.0457)):
+    for cls, readings, tool, geomean in (("h100", {1, 2}, "campaign --storage large_",
+                                          1.0334), ("h200", {2}, "hopper_large.py", 1.0457)):
         rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11
                 and str(r.problem.layout) == "nn"]
         assert len(rows) == 187 and len({r.problem for r in rows}) == 187
@@ -238,15 +239,16 @@ def test_a_replayed_tune_never_chooses_a_real_kernel(tmp_path, capsys):
 
 
 def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatch):
-    """The shipped cute_cpp winners need the CUTLASS headers: without them the resolver
-    serves a neighbour's program (or the heuristic's), never a build that fails."""
+    """The shipped cute_cpp winners (the H200's large class) need the CUTLASS headers:
+    without them the resolver serves a neighbour's program (or the heuristic's), never a
+    build that fails."""
     from gemmforge.backends.cute_cpp import cutlass
     book = read(DEFAULT_PATH)
-    row = next(r for r in book.rows if r.device_class == "h100"
-               and r.program.backend == "cute_cpp")
+    row = next(r for r in book.rows if r.program.backend == "cute_cpp")
+    cls = row.device_class
     monkeypatch.setattr(cutlass, "missing_reason", lambda: "the CUTLASS headers are not found")
-    choice = resolve(row.problem, Arch.SM90A, "h100", use_tuned=False)
+    choice = resolve(row.problem, Arch.SM90A, cls, use_tuned=False)
     assert choice.program.backend != "cute_cpp"
     monkeypatch.setattr(cutlass, "missing_reason", lambda: None)
-    choice = resolve(row.problem, Arch.SM90A, "h100", use_tuned=False)
+    choice = resolve(row.problem, Arch.SM90A, cls, use_tuned=False)
     assert str(choice.program) == row.program_text and choice.distance == 0.0
