@@ -22,10 +22,9 @@ from gemmforge.ir.program import Problem
 from gemmforge.search.campaign_store import compact
 from gemmforge.search.env import reward
 from gemmforge.search.records import Result
-from gemmforge.search.studies import measured_trials
+from gemmforge.search.studies import measured_trials, trial_result
 
 SOURCE = "portfolio"
-MESSAGE_CHARS = 400
 
 
 class SearchPass:
@@ -77,8 +76,7 @@ class SearchPass:
             if r.program in have or not space.contains(program):
                 continue
             params = space.params(program)
-            data = compact(r)
-            data["message"] = data.get("message", "")[:MESSAGE_CHARS]
+            data = trial_result(compact(r))
             new.append(optuna.trial.create_trial(
                 params=params, distributions={k: dists[k] for k in params}, value=reward(r),
                 user_attrs={"measured": True, "candidate": True, "source": SOURCE,

@@ -202,6 +202,14 @@ def _HeartbeatStorage(*args, **kwargs):
     return _storage_class()(*args, **kwargs)
 
 
+MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
+
+
+def trial_result(data: dict) -> dict:
+    """A result's dict as a trial's user attrs keep it: the message cut to MESSAGE_CHARS."""
+    return {**data, "message": data.get("message", "")[:MESSAGE_CHARS]}
+
+
 def measured_trials(trials) -> list:
     """The trials whose program was measured and told (ok or failed), in study order."""
     from optuna.trial import TrialState

@@ -46,10 +46,9 @@ from gemmforge.search.env import WORST_REWARD, reward
 from gemmforge.search.records import Result
 from gemmforge.search.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
 from gemmforge.search.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from gemmforge.search.studies import (OWNER_ATTR, TUNER_PREFIX, heartbeat, make_sampler,
-                                     measured_trials, open_storage, owner_tag, study_name, trial_id)
-
-MESSAGE_CHARS = 400  # failure messages kept in a trial's user attrs
+from gemmforge.search.studies import (MESSAGE_CHARS, OWNER_ATTR, TUNER_PREFIX, heartbeat,
+                                     make_sampler, measured_trials, open_storage, owner_tag,
+                                     study_name, trial_id, trial_result)
 
 
 class _Serialized:
@@ -68,8 +67,7 @@ class _Serialized:
 
 
 def _result_attrs(result: Result, source: str, cost_s: float, worker: str) -> dict:
-    data = result.to_dict()
-    data["message"] = data.get("message", "")[:MESSAGE_CHARS]
+    data = trial_result(result.to_dict())
     return {"measured": True, "source": source, "status": result.status, "kind": result.kind,
             "speedup": result.speedup, "cost_s": cost_s, "worker": worker, "result": data}
 

@@ -306,3 +306,14 @@ class _Only:
 
     def observe(self, *args, **kwargs):
         pass
+
+
+def test_a_trial_keeps_a_failure_message_cut_and_every_other_field():
+    """Tuner and campaign store a result's dict in a trial through one helper: a build log
+    of any length costs MESSAGE_CHARS characters, the caller's dict is left as it was."""
+    from gemmforge.search.studies import MESSAGE_CHARS, trial_result
+    data = {"status": "build_error", "message": "x" * (MESSAGE_CHARS + 50), "kernel_us": None}
+    kept = trial_result(data)
+    assert kept["message"] == "x" * MESSAGE_CHARS and kept["status"] == "build_error"
+    assert "kernel_us" in kept and len(data["message"]) == MESSAGE_CHARS + 50
+    assert trial_result({"status": "ok"})["message"] == ""
