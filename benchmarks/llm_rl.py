@@ -276,6 +276,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--proposals", type=Path,
                     default=Path(__file__).parent / "programs" / "llm_rl_proposals.txt")
+    ap.add_argument("--proposing", default=None, metavar="STAGE",
+                    help="the stage whose proposals --proposals gets (default: trained_grammar "
+                         "if run, else trained), e.g. trained_grammar_rounds")
     ap.add_argument("--mark", action="append", default=[], metavar="STEP:LABEL",
                     help="a vertical line on the curve (e.g. 45.5:grammar)")
     args = ap.parse_args(argv)
@@ -288,7 +291,7 @@ def main(argv=None) -> int:
                           prompt_model, EVAL_SEED, pool)
     stages, shapes, done = [], [], set()
     order = args.stages.split(",")
-    proposing = "trained_grammar" if "trained_grammar" in order else "trained"
+    proposing = args.proposing or ("trained_grammar" if "trained_grammar" in order else "trained")
     for stage in order:
         row, rows = evaluate_stage(stage, tasks, full, args)
         if stage == proposing:
