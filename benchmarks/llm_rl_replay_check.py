@@ -50,13 +50,16 @@ def live_groups(path: Path) -> dict:
     return out
 
 
+def rms(errors: list[float]) -> float:
+    return math.sqrt(statistics.fmean(e * e for e in errors))
+
+
 def error_stats(errors: list[float]) -> str:
     """`mean / median abs / RMS (n)` of log errors, or `-` when there are none."""
     if not errors:
         return "-"
-    rms = math.sqrt(statistics.fmean(e * e for e in errors))
     return (f"{statistics.fmean(errors):+.3f} / {statistics.median(map(abs, errors)):.3f} / "
-            f"{rms:.3f} ({len(errors)})")
+            f"{rms(errors):.3f} ({len(errors)})")
 
 
 def check(model: ReplayReward, groups: dict) -> tuple[dict, list[dict]]:
@@ -84,7 +87,7 @@ def check(model: ReplayReward, groups: dict) -> tuple[dict, list[dict]]:
     judged = [r for r in rows if "live_within" in r]
     summary = {"proposals": len(errors), "estimated": estimated,
                "mean_log_error": statistics.fmean(errors),
-               "rms_log_error": math.sqrt(statistics.fmean(e * e for e in errors)),
+               "rms_log_error": rms(errors),
                "shapes": len(rows), "pick_is_live_best": sum(r["pick_is_live_best"] for r in rows),
                "verdicts_agree": sum(r["live_within"] == r["replayed_within"] for r in judged),
                "live_within": sum(r["live_within"] for r in judged),
