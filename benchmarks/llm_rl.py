@@ -96,11 +96,12 @@ def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int,
     """The tasks (make_tasks, one per problem) with the lineage each prompt was built
     from (drawn again from the same seed), for a second round's prompt."""
     from gemmforge.policy.prompts import build_prompt
-    from gemmforge.search.llm_tasks import CONFIG, seeded_lineage
+    from gemmforge.search.llm_tasks import CONFIG, PoolReadings, seeded_lineage
     rng = random.Random(seed)
+    readings = PoolReadings(model, pool) if pool is not None else None
     out = []
     for task, problem in zip(tasks, problems):
-        lineage = seeded_lineage(problem, model, rng, pool=pool)
+        lineage = seeded_lineage(problem, model, rng, pool=pool, readings=readings)
         assert build_prompt(problem, ARCH, lineage, CONFIG).chat() == task["prompt"]
         out.append(dict(task, lineage=lineage))
     return out

@@ -3,14 +3,21 @@ and the reward a completion earns, all answered from recorded GPU measurements.
 
     model = ReplayReward()                                    # search.replay_reward
     split = split_shapes(model)                               # train / held-out problems
-    tasks = make_tasks(split.train, held_out_free(model, split), pool=prompt_pool())
+    tasks = make_tasks(stratified_problems(split.train), held_out_free(model, split),
+                       pool=prompt_pool())                    # training prompts
     reward_fn = make_replay_reward_fn(model)                  # a TRL reward function
 
 A task is one prompt (policy.prompts.build_prompt) for one problem on sm_90a, with a
-lineage of EXAMPLES programs drawn from the measured programs (any shape's), each scored
-by the replay reward on this problem: the contrastive examples the prompt shows, as a
-search would have measured them. Held-out prompts are scored by a model that excludes
-the held-out shapes, so no held-out measurement reaches a prompt.
+lineage of EXAMPLES programs of the prompt pool, each scored by the replay reward on this
+problem: the contrastive examples the prompt shows, as a search would have measured them.
+NEAR_EXAMPLES of them are the pool's best measured programs at the nearest other shapes of
+the problem's FLOP decade (PoolReadings: programs that suit its size, as a tune's lineage
+at a shape starts with the heuristic's proposals for it), the rest drawn at random. Held-out
+prompts are scored by a model that excludes the held-out shapes, and their neighbours are
+training shapes, so no held-out measurement reaches a prompt. Training prompts are drawn
+stratified by size (stratified_problems: LARGE_SHARE of them at shapes of LARGE_FLOPS or
+more, where 23 of the 30 held-out shapes are, though 838 of the 1,002 training shapes are
+below).
 
 The reward is search.env.reward of the replayed (or estimated) Result; a reply with no
 legal program gets FAILED_REWARD (policy.dataset.make_reward_fn), and so does a program
@@ -27,6 +34,7 @@ write one or two programs a prompt: benchmarks/NOTES.md, issue 24).
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,8 +63,16 @@ pool while those CSVs alone fed the replay data). Fixed since the campaign store
 (1,097 programs): with every measured program as the pool, the 85-step adapter's held-out
 prompts showed other examples and its replayed within-5 % count fell 16 -> 5 of 30 on
 either data file (benchmarks/NOTES.md, issue 24, eighteenth session); the stores change the
-reward, these keep the prompts."""
+reward, these keep the prompts. Since the twentieth session it also holds, after those 122,
+the small-tile programs: each training shape's best measured cuda_wgmma sm_90a program
+(held_out_free's replay, so never a held-out reading) whose tile has a side of SMALL_SIDE or
+less, that the 122 lacked (small_tile_bests; the 122 held 7 such programs, and the adapter
+proposed 128-wide tiles at the held-out shapes below 1e10 FLOPs)."""
+SMALL_SIDE = 64
 EXAMPLES = 4
+NEAR_EXAMPLES = 2  # of EXAMPLES: the best pool programs at the nearest shapes of the decade
+LARGE_FLOPS = 1e11
+LARGE_SHARE = 0.4  # of training prompts at shapes of LARGE_FLOPS or more (train-llm's default)
 NEW_PROGRAM_BREAK_EVEN = 0.2
 REPEAT_REWARD = WORST_REWARD * (1 - NEW_PROGRAM_BREAK_EVEN)  # -4.0
 TEMPERATURE = 0.8  # sampling temperature in training and evaluation (LLMPolicy's default)
@@ -114,19 +130,86 @@ def prompt_pool(path: Path = PROMPT_POOL_FILE) -> tuple[str, ...]:
     return tuple(sorted(line.strip() for line in path.read_text().splitlines() if line.strip()))
 
 
+def flop_decade(problem: Problem) -> int:
+    """The problem's FLOP class: floor(log10(2mnk))."""
+    return math.floor(math.log10(problem.flops))
+
+
+def tile_side(text: str) -> int:
+    """The shorter side (bm or bn) of a program text's tile."""
+    bm, bn, _ = map(int, text.split()[2].split("x"))
+    return min(bm, bn)
+
+
+def small_tile_bests(model: ReplayReward, problems: Sequence[Problem]) -> list[str]:
+    """Of `problems`, the best measured cuda_wgmma sm_90a program at each whose tile has a
+    side of SMALL_SIDE or less, sorted, once each: the pool's small-tile programs."""
+    bests = set()
+    for problem in problems:
+        rows = [r for r in model.at(problem) if r.program.startswith("cuda_wgmma sm_90a ")]
+        best = max(rows, key=lambda r: (r.speedup, r.program), default=None)
+        if best is not None and tile_side(best.program) <= SMALL_SIDE:
+            bests.add(best.program)
+    return sorted(bests)
+
+
+class PoolReadings:
+    """The pool's programs as `model` measured them, shape by shape, for the NEAR_EXAMPLES
+    of a prompt: the best pool programs at the nearest other shapes of its FLOP decade."""
+
+    def __init__(self, model: ReplayReward, pool: Sequence[str]):
+        programs = set(pool)
+        self.best_first: dict[Problem, list[str]] = {}
+        for problem in model.problems():
+            rows = [r for r in model.at(problem) if r.program in programs]
+            if rows:
+                rows.sort(key=lambda r: (-r.speedup, r.program))
+                self.best_first[problem] = [r.program for r in rows]
+
+    def nearest(self, problem: Problem) -> list[Problem]:
+        """The other measured shapes of `problem`'s decade and class, nearest first (log2
+        distance over m, n, k; ties by text)."""
+        def distance(other: Problem) -> float:
+            return sum(math.log2(a / b) ** 2 for a, b in zip(
+                (problem.m, problem.n, problem.k), (other.m, other.n, other.k)))
+        same = [p for p in self.best_first if p != problem
+                and flop_decade(p) == flop_decade(problem)
+                and (p.layout, p.acc) == (problem.layout, problem.acc)]
+        return sorted(same, key=lambda p: (distance(p), str(p)))
+
+    def near_programs(self, problem: Problem, count: int = NEAR_EXAMPLES) -> list[str]:
+        """`count` programs legal at `problem`: the best of each nearest shape in turn (its
+        next best where that is taken or illegal here)."""
+        from gemmforge.ir.verify import check
+        out: list[str] = []
+        for shape in self.nearest(problem):
+            if len(out) >= count:
+                break
+            pick = next((t for t in self.best_first[shape]
+                         if t not in out and check(parse(t), problem) is None), None)
+            if pick is not None:
+                out.append(pick)
+        return out
+
+
 def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
                    examples: int = EXAMPLES, config: PromptConfig = CONFIG,
-                   pool: Sequence[str] | None = None) -> Lineage:
+                   pool: Sequence[str] | None = None,
+                   readings: PoolReadings | None = None) -> Lineage:
     """A lineage of `examples` programs of `pool` (default: every program `model` measured;
     sm_90a, of the config's backends, legal here), each with its replayed or estimated
-    reward on `problem`."""
+    reward on `problem`: first `readings`' near_programs for `problem` (none without
+    `readings`), then programs drawn at random."""
     from gemmforge.ir.verify import check
     pool = [text for text in (model.programs() if pool is None else sorted(pool))
             if text.split()[1] == ARCH.value
             and (not config.backends or text.split()[0] in config.backends)]
-    rng.shuffle(pool)
+    near = readings.near_programs(problem, min(NEAR_EXAMPLES, examples)) if readings else []
+    near = [text for text in near if text in pool]
+    rest = [text for text in pool if text not in near]
+    rng.shuffle(rest)
     lineage = Lineage()
-    for text in pool:
+    for text in near + rest:
         program = parse(text)
         if check(program, problem):
             continue
@@ -137,18 +220,38 @@ def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
     return lineage
 
 
+def stratified_problems(problems: Sequence[Problem], seed: int = 0,
+                        large_share: float = LARGE_SHARE) -> list[Problem]:
+    """As many problems as `problems` holds, `large_share` of them (rounded) at shapes of
+    LARGE_FLOPS or more and the rest below, each class cycled through in a seeded order (a
+    shape comes up once more only after every shape of its class has): the training
+    prompts' shapes. `problems` as given when it lacks either class."""
+    large = sorted((p for p in problems if p.flops >= LARGE_FLOPS), key=str)
+    small = sorted((p for p in problems if p.flops < LARGE_FLOPS), key=str)
+    if not large or not small:
+        return list(problems)
+    rng = random.Random(seed)
+    rng.shuffle(large)
+    rng.shuffle(small)
+    n_large = round(large_share * len(problems))
+    return ([large[i % len(large)] for i in range(n_large)]
+            + [small[i % len(small)] for i in range(len(problems) - n_large)])
+
+
 def make_tasks(problems: Sequence[Problem], model: ReplayReward, *, per_problem: int = 1,
                seed: int = 0, examples: int = EXAMPLES, config: PromptConfig = CONFIG,
                pool: Sequence[str] | None = None) -> list[dict]:
     """GRPO rows: {"prompt": chat messages (Prompt.chat: ending in the assistant turn's
     reply prefix, which TRL continues), "reply_prefix", "problem", "arch", "shown": JSON
     list of the programs the prompt lists}, `per_problem` prompts (different examples, drawn
-    from `pool`: seeded_lineage) per problem."""
+    from `pool`: seeded_lineage, with the pool's readings near each problem when a pool is
+    given) per problem."""
     rng = random.Random(seed)
+    readings = PoolReadings(model, pool) if pool is not None else None
     rows = []
     for problem in problems:
         for _ in range(per_problem):
-            lineage = seeded_lineage(problem, model, rng, examples, config, pool)
+            lineage = seeded_lineage(problem, model, rng, examples, config, pool, readings)
             prompt = build_prompt(problem, ARCH, lineage, config)
             shown = sorted(str(p) for p, _ in lineage.measured(str(problem)))
             rows.append({"prompt": prompt.chat(), "reply_prefix": prompt.reply_prefix,

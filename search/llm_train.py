@@ -9,8 +9,11 @@ policy.replies.parse_reply parses each reply and ir.verify judges it, constraine
 it scores each with search.llm_tasks' replayed reward, and updates a PEFT LoRA adapter with group-relative advantages. Prompts
 are policy.prompts' compact prompts (search.llm_tasks.CONFIG: one line of program text
 back, the assistant turn started with the reply prefix "cuda_wgmma sm_90a") for the
-training shapes of search.llm_tasks.split_shapes; the 30 held-out shapes are excluded
-from the reward model too, so nothing measured on them reaches training.
+training shapes of search.llm_tasks.split_shapes, drawn stratified by size (LARGE_SHARE,
+0.4, of the prompts at shapes of 1e11 FLOPs or more; `large_share=None`,
+`--uniform-shapes`, each shape once as before the twentieth session); the 30 held-out
+shapes are excluded from the reward model too, so nothing measured on them reaches
+training.
 
 What a CPU step costs (benchmarks/README.md, llm_rl): the model runs in float32 (a bf16
 checkpoint samples and trains ~4x slower on these CPUs), with the KV cache in generation
@@ -34,8 +37,8 @@ from pathlib import Path
 
 from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
 from gemmforge.search.llm_tasks import (
-    GENERATIONS, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks, prompt_pool,
-    split_shapes,
+    GENERATIONS, LARGE_SHARE, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks,
+    prompt_pool, split_shapes, stratified_problems,
 )
 from gemmforge.search.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
@@ -56,6 +59,7 @@ class TrainSettings:
     save_steps: int = 5
     per_problem: int = 1
     seed: int = 0
+    large_share: float | None = LARGE_SHARE  # None: every training shape alike (uniform)
     grammar: bool = True  # sample under ir.grammar (policy.constrained), not freely
 
 
@@ -208,8 +212,10 @@ def train(model_dir: str | Path, output: str | Path, settings: TrainSettings = T
         {"train": [str(p) for p in split.train], "held_out": [str(p) for p in split.held_out]},
         indent=1))
     policy, tokenizer = load_model(model_dir)
+    shapes = (split.train if settings.large_share is None
+              else stratified_problems(split.train, settings.seed, settings.large_share))
     rows = [dict(row, prompt=rendered(tokenizer, row["prompt"]))
-            for row in make_tasks(split.train, model, per_problem=settings.per_problem,
+            for row in make_tasks(shapes, model, per_problem=settings.per_problem,
                                   seed=settings.seed, pool=prompt_pool())]
     log = StepLog(output / "steps.csv", output / "completions.jsonl")
     trainer = GRPOTrainer(model=policy, processing_class=tokenizer,

@@ -17,7 +17,7 @@ import time
 from gemmforge.cli.common import UsageError
 
 SETTINGS = ("generations", "learning_rate", "lora_rank", "max_completion_length",
-            "temperature", "save_steps")  # left out: search.llm_train.TrainSettings' defaults
+            "temperature", "save_steps", "large_share")  # left out: search.llm_train.TrainSettings' defaults
 
 
 def cmd_train_llm(args) -> int:
@@ -31,6 +31,10 @@ def cmd_train_llm(args) -> int:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
                          "pip install -e \".[llm-train]\"") from None
     given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
+    if args.large_share is not None and not 0.0 <= args.large_share <= 1.0:
+        raise UsageError("--large-share is a fraction of the prompts, 0 to 1")
+    if args.uniform_shapes:
+        given["large_share"] = None
     settings = TrainSettings(steps=args.steps, per_problem=args.per_problem, seed=args.seed,
                              grammar=not args.free, **given)
     start = time.perf_counter()
@@ -60,6 +64,13 @@ def add_to(sub) -> None:
     t.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 5)")
     t.add_argument("--per-problem", type=int, default=1,
                    help="prompts per training shape (different contrastive examples)")
+    t.add_argument("--large-share", type=float, metavar="FRACTION",
+                   help="of the training prompts, the share at shapes of 1e11 FLOPs or more "
+                        "(default 0.4; 164 of the 1,002 training shapes are, and 23 of the 30 "
+                        "held-out ones): each size class cycled through in a seeded order")
+    t.add_argument("--uniform-shapes", action="store_true",
+                   help="every training shape once, whatever its size (before the twentieth "
+                        "session's default, --large-share)")
     t.add_argument("--device", default="H100", help="whose measurements are the reward "
                                                     "(a substring of the recorded device)")
     t.add_argument("--seed", type=int, default=0)
