@@ -22,7 +22,9 @@ the other stages' rows stay):
                       programs / completions), best_of_8_ratio (geomean over shapes of the
                       best replayed cuBLAS/kernel ratio of the samples; no legal sample
                       counts as e^-5), within_5pct_of_tuned (shapes whose best is >= 0.95 x
-                      the best measured program), estimated_fraction, seconds_per_shape
+                      the best measured program), within_5pct_unlisted (the same, counting
+                      only samples that are not one of the prompt's examples),
+                      estimated_fraction, seconds_per_shape
   llm_rl_shapes.csv   one row per (stage, shape), with why the illegal replies failed
   llm_rl_curve.png    mean reward and legal fraction against training step (RUN/steps.csv)
 and, for the trained_grammar stage (else the trained one), --proposals (default
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import random
 import sys
@@ -50,10 +53,10 @@ from gemmforge.search.llm_tasks import (
 from gemmforge.search.replay_reward import ReplayReward, is_estimated
 
 STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
-                "within_5pct_of_tuned", "estimated_fraction", "shapes", "completions",
+                "within_5pct_of_tuned", "within_5pct_unlisted", "estimated_fraction", "shapes", "completions",
                 "seconds_per_shape", "adapter")
 SHAPE_FIELDS = ("stage", "problem", "legal", "distinct", "best_ratio", "tuned_ratio",
-                "best_program", "best_estimated", "illegal_reasons")
+                "best_program", "best_estimated", "best_unlisted_ratio", "illegal_reasons")
 EVAL_SEED = 1234
 CURVE_WINDOW = 5
 
@@ -124,13 +127,15 @@ def random_programs(problem, samples: int, rng: random.Random) -> list:
 
 
 def shape_row(stage: str, problem, programs: list, model: ReplayReward,
-              reasons: list[str] = ()) -> dict:
+              reasons: list[str] = (), listed: list[str] = ()) -> dict:
     """Legal and distinct counts and the best replayed ratio of one shape's samples
-    (`reasons`: why the others failed)."""
+    (`reasons`: why the others failed), and the best of those the prompt did not list
+    (`listed`: its examples' texts; a copy of one proposes nothing a search lacked)."""
     legal = [p for p in programs if p is not None]
     results = model.evaluate(legal, problem) if legal else []
     best = max(results, key=lambda r: r.speedup or 0.0, default=None)
     ok = best is not None and best.ok
+    unlisted = [r.speedup for p, r in zip(legal, results) if r.ok and str(p) not in listed]
     tuned = model.best(problem)
     return {"stage": stage, "problem": str(problem), "legal": len(legal),
             "distinct": len(set(legal)), "programs": list(dict.fromkeys(str(p) for p in legal)),
@@ -138,6 +143,7 @@ def shape_row(stage: str, problem, programs: list, model: ReplayReward,
             "tuned_ratio": tuned.speedup if tuned else "",
             "best_program": best.program if ok else "",
             "best_estimated": is_estimated(best) if ok else "",
+            "best_unlisted_ratio": max(unlisted, default=math.exp(WORST_REWARD)),
             "illegal_reasons": reason_counts(list(reasons))}
 
 
@@ -145,11 +151,15 @@ def stage_row(stage: str, rows: list[dict], samples: int, seconds: float,
               adapter: str = "") -> dict:
     n = len(rows)
     total = n * samples
-    within = sum(1 for r in rows if r["tuned_ratio"] and r["best_ratio"] >= 0.95 * r["tuned_ratio"])
+    def within(key: str) -> float:
+        return sum(1 for r in rows if r["tuned_ratio"]
+                   and r[key] >= 0.95 * r["tuned_ratio"]) / n
+
     return {"stage": stage, "legal_fraction": sum(r["legal"] for r in rows) / total,
             "distinct_fraction": sum(r["distinct"] for r in rows) / total,
             "best_of_8_ratio": math.exp(sum(math.log(r["best_ratio"]) for r in rows) / n),
-            "within_5pct_of_tuned": within / n,
+            "within_5pct_of_tuned": within("best_ratio"),
+            "within_5pct_unlisted": within("best_unlisted_ratio"),
             "estimated_fraction": sum(1 for r in rows if r["best_estimated"] is True) / n,
             "shapes": n, "completions": total, "seconds_per_shape": round(seconds / n, 1),
             "adapter": adapter}
@@ -185,7 +195,8 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
                                             args.max_tokens, rules))
             programs = [p.program for p in proposals]
             reasons = [p.reason for p in proposals if not p.ok]
-        rows.append(shape_row(stage, problem, programs, model, reasons))
+        rows.append(shape_row(stage, problem, programs, model, reasons,
+                              json.loads(task["shown"])))
         print(f"{stage} {problem}: legal {rows[-1]['legal']}/{args.samples}, distinct "
               f"{rows[-1]['distinct']}, best {rows[-1]['best_ratio']:.3f}", flush=True)
     adapter = adapter_id(sampler.adapter) if sampler is not None and sampler.adapter else ""

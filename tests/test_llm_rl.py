@@ -270,6 +270,10 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
     assert stage["legal_fraction"] == 3 / 8 and stage["distinct_fraction"] == 2 / 8
     assert stage["best_of_8_ratio"] == pytest.approx(math.sqrt(1.05 * math.exp(-5)))
     assert stage["within_5pct_of_tuned"] == 0.5
+    listed = bench.shape_row("trained", PROBLEM, [a, b], model, listed=[str(a)])
+    assert listed["best_ratio"] == pytest.approx(1.05)  # the copy of a listed example
+    assert listed["best_unlisted_ratio"] == pytest.approx(0.90)
+    assert bench.stage_row("trained", [listed], 2, 1.0)["within_5pct_unlisted"] == 0.0
     path = tmp_path / "llm_rl.csv"
     bench.write_csv(path, bench.STAGE_FIELDS, [stage])
     again = dict(stage, stage="random")
