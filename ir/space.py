@@ -33,6 +33,7 @@ import functools
 import itertools
 import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
@@ -49,6 +50,16 @@ budget of every backend with fewer than 8x8 warps)."""
 PRACTICAL_BK = 128
 _SHAPE_KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages")
 _SEP, _AT = ":", "@"
+REPAIRS = 40  # sample_legal: redraws of the blamed parameters before a fresh draw
+
+
+def _reason_names(reason: str, knob: str) -> bool:
+    """Whether a verify `reason` ("field: ...") is about `knob`: the field it names, a
+    part of that field, or a knob its message names (e.g. "tile.bm: 224 is not a
+    multiple of warps.wm x ...": tile.bm and warps.wm)."""
+    field, _, message = reason.partition(":")
+    return knob == field or knob.startswith(field + ".") or \
+        re.search(rf"(?<![\w.]){re.escape(knob)}(?![\w])", message) is not None
 
 
 def _pow2(lo: int, hi: int) -> tuple[int, ...]:
@@ -299,13 +310,37 @@ class Space:
         return self._choose(lambda name, choices: rng.choice(list(choices)))
 
     def sample_legal(self, problem: Problem, rng: random.Random, tries: int = 1000) -> Program:
-        """A random program that passes ir.verify for `problem` (ValueError after `tries`)."""
+        """A random program that passes ir.verify for `problem`: a uniform draw per
+        parameter and, while verify refuses it, the parameters of the field it blames and
+        of the knobs its reason names drawn again (up to REPAIRS times) before a fresh
+        draw; ValueError after `tries`
+        fresh draws. (Drawn independently, cuda_wgmma's knobs give no legal program in
+        thousands of draws: its tile, warps and stages rules hold jointly.)"""
         from gemmforge.ir.verify import check
         for _ in range(tries):
-            program = self.sample(rng)
-            if check(program, problem) is None:
-                return program
+            program, picks = self._draw(rng, {})
+            for _ in range(REPAIRS):
+                reason = check(program, problem)
+                if reason is None:
+                    return program
+                blamed = {name for name in picks
+                          if _reason_names(reason, name.split(_SEP)[-1])}
+                if not blamed:
+                    break
+                program, picks = self._draw(rng, {n: v for n, v in picks.items()
+                                                  if n not in blamed})
         raise ValueError(f"no legal program for {problem} in {tries} random draws")
+
+    def _draw(self, rng: random.Random, keep: dict) -> tuple[Program, dict]:
+        """A program of uniform choices except the parameters `keep` holds (where their
+        value is still a choice); with every parameter's value."""
+        picks: dict[str, object] = {}
+
+        def pick(name, choices):
+            choices = list(choices)
+            picks[name] = keep[name] if keep.get(name, self) in choices else rng.choice(choices)
+            return picks[name]
+        return self._choose(pick), picks
 
     def program(self, params: Mapping[str, object]) -> Program:
         """The program a complete set of parameters (as `params()` gives) stands for."""

@@ -238,6 +238,25 @@ def stratified_problems(problems: Sequence[Problem], seed: int = 0,
             + [small[i % len(small)] for i in range(len(problems) - n_large)])
 
 
+def seed_examples(lineage: Lineage, problems: Sequence[Problem], *,
+                  model: ReplayReward | None = None, seed: int = 0,
+                  config: PromptConfig = CONFIG) -> None:
+    """Add to `lineage`, at each of `problems`, the examples a train-llm prompt shows there
+    (seeded_lineage over the prompt pool: NEAR_EXAMPLES best at the nearest shapes of its
+    FLOP decade, the rest at random), each with its replayed or estimated reward there and
+    source "replayed": `gemmforge tune --policy llm --llm-examples replay` starts every
+    shape's lineage from the kind of prompt an adapter from train-llm trained on. `model`:
+    the replay data (default: the package's file)."""
+    model = model if model is not None else ReplayReward()
+    pool = prompt_pool()
+    readings = PoolReadings(model, pool)
+    rng = random.Random(seed)
+    for problem in problems:
+        shown = seeded_lineage(problem, model, rng, config=config, pool=pool, readings=readings)
+        for program, reward in shown.measured(str(problem)):
+            lineage.add(program, source="replayed", problem=str(problem), reward=reward)
+
+
 def make_tasks(problems: Sequence[Problem], model: ReplayReward, *, per_problem: int = 1,
                seed: int = 0, examples: int = EXAMPLES, config: PromptConfig = CONFIG,
                pool: Sequence[str] | None = None) -> list[dict]:

@@ -72,6 +72,7 @@ def run_worker(job: dict, index: int, events=None) -> dict:
     try:
         with stop_on_signals() as stop:
             tuner, policy = _tuner(job, index, runner, events, stop)
+            _seed_llm_examples(policy, job, problems)
             start = index * len(problems) // max(1, job.get("workers", 1))
             try:
                 outcomes = tuner.tune_all(problems[start:] + problems[:start],
@@ -85,6 +86,19 @@ def run_worker(job: dict, index: int, events=None) -> dict:
     return {"outcomes": [_outcome_dict(o, runner.device) for o in outcomes],
             "interrupted": interrupted,
             "policy": policy.report() if hasattr(policy, "report") else None}
+
+
+def _seed_llm_examples(policy, job: dict, problems: list[Problem]) -> None:
+    """`llm_examples` "replay": each problem's lineage starts with the examples a
+    train-llm prompt shows there (search.llm_tasks.seed_examples)."""
+    if job.get("llm_examples") != "replay" or policy is None:
+        return
+    from gemmforge.policy.prompts import PromptConfig
+    from gemmforge.search.llm_tasks import seed_examples
+    backends = tuple(job.get("backends") or ())
+    seed_examples(policy.lineage, problems, seed=job.get("seed") or 0,
+                  config=PromptConfig(backends=backends, reply=(job.get("llm") or {}).get(
+                      "reply", "json")))
 
 
 def _keep_learning(policy, job: dict, index: int) -> None:

@@ -72,6 +72,7 @@ ROWS = [
     Row("--gpus -1", (*T, "--gpus", "-1"), 2),
     Row("--llm-timeout 0", (*T, "--llm-timeout", "0"), 2),
     Row("--llm-endpoint bogus", (*T, "--llm-endpoint", "bogus"), 2),
+    Row("--llm-examples replay without --policy llm", (*T, "--llm-examples", "replay"), 2),
     Row("--storage foo://", (*T[:6], "foo://"), 2),
     Row("--storage in a folder that does not exist", (*T[:6], "sqlite:////proc/nope/t.db"), 2),
     Row("--storage a dead PostgreSQL", (*T[:6], "postgresql+psycopg://gf@127.0.0.1:1/gf"), 1),

@@ -368,3 +368,32 @@ def test_line_stop_ids_are_the_end_tokens_and_every_newline_token():
 
     assert line_stop_ids(Tokenizer(), Config()) == [0, 2, 3, 4, 5]
     assert line_stop_ids(Tokenizer()) == [0, 2, 3, 5]
+
+
+def test_tune_llm_examples_replay_starts_the_prompt_with_the_training_examples(server):
+    """`tune --policy llm --llm-examples replay`: the first prompt at a shape already lists
+    the examples a train-llm prompt shows there (search.llm_tasks.seed_examples: the pool's
+    programs with their replayed ratios); without the flag it lists none."""
+    from gemmforge.cli import main
+    from gemmforge.search.llm_tasks import EXAMPLES
+
+    def first_prompt(*extra):
+        fake = server(["64x64x64 w1x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"])
+        code = main(["tune", "--shapes", "64x256x64", "--replay", "synthetic", "--storage",
+                     ":memory:", "--quiet", "--report", "", "--budget", "2", "--batch", "2",
+                     "--backends", "cuda_wgmma", "--policy", "llm", "--llm-url", fake.url,
+                     "--llm-reply", "text", *extra])
+        assert code == 0
+        return "\n".join(m["content"] for m in fake.requests[0][1]["messages"]
+                         if m["role"] == "user")
+    listed = [line for line in first_prompt("--llm-examples", "replay").splitlines()
+              if line.startswith("cuda_wgmma sm_90a ") and " -> " in line]
+    assert len(listed) == EXAMPLES
+    assert not [line for line in first_prompt().splitlines() if " -> " in line]
+
+
+def test_llm_examples_needs_the_llm_policy(capsys):
+    from gemmforge.cli import main
+    code = main(["tune", "--shapes", "64x64x64", "--replay", "synthetic", "--storage",
+                 ":memory:", "--llm-examples", "replay"])
+    assert code == 2 and "--llm-examples: replay needs --policy llm" in capsys.readouterr().err

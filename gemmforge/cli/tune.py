@@ -60,6 +60,8 @@ def _check_counts(args) -> None:
                          "--llm-model (a local model directory)")
     if args.llm_endpoint != "chat" and not args.llm_url:
         raise UsageError(f"--llm-endpoint: {args.llm_endpoint} needs --llm-url (a server)")
+    if args.llm_examples != "none" and args.policy != "llm":
+        raise UsageError(f"--llm-examples: {args.llm_examples} needs --policy llm")
 
 
 
@@ -90,6 +92,7 @@ def tune_job(args) -> dict:
                     "adapter": args.llm_adapter, "engine": args.llm_engine,
                     "timeout_s": args.llm_timeout, "endpoint": args.llm_endpoint,
                     "reply": args.llm_reply},
+            "llm_examples": args.llm_examples,
             "backends": list(backends) if backends else None,
             "workers": args.gpus, "seed": args.seed, "replay": replay,
             "device": args.replay_device,
@@ -175,6 +178,12 @@ def add_to(sub) -> None:
                    help="--policy llm: the full prompt and a JSON reply under the schema, or "
                         "the compact prompt and one line of program text (what train-llm "
                         "trains an adapter on)")
+    t.add_argument("--llm-examples", default="none", choices=("none", "replay"),
+                   help="--policy llm: replay starts each shape's prompt with the examples a "
+                        "train-llm prompt shows there (the prompt pool's programs with their "
+                        "replayed ratios: the best at the two nearest shapes of its FLOP "
+                        "decade, two at random), as an adapter from train-llm was trained; "
+                        "none (default): only what this tune measures")
     t.add_argument("--storage", help="SQLAlchemy URL (default: SQLite in the user cache dir)")
     t.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     t.add_argument("--backends", help="comma list (default: every registered backend)")
