@@ -14,6 +14,7 @@ reason and queued again, and the outcomes say what finished.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from gemmforge.ir.program import Problem
@@ -72,7 +73,7 @@ def run_worker(job: dict, index: int, events=None) -> dict:
     try:
         with stop_on_signals() as stop:
             tuner, policy = _tuner(job, index, runner, events, stop)
-            _seed_llm_examples(policy, job, problems)
+            _seed_llm_examples(policy, job, problems, runner.archs)
             start = index * len(problems) // max(1, job.get("workers", 1))
             try:
                 outcomes = tuner.tune_all(problems[start:] + problems[:start],
@@ -88,10 +89,15 @@ def run_worker(job: dict, index: int, events=None) -> dict:
             "policy": policy.report() if hasattr(policy, "report") else None}
 
 
-def _seed_llm_examples(policy, job: dict, problems: list[Problem]) -> None:
+def _seed_llm_examples(policy, job: dict, problems: list[Problem], archs) -> None:
     """`llm_examples` "replay": each problem's lineage starts with the examples a
-    train-llm prompt shows there (search.llm_tasks.seed_examples)."""
+    train-llm prompt shows there (search.llm_tasks.seed_examples; sm_90a programs, so only
+    where the runner runs sm_90a)."""
     if job.get("llm_examples") != "replay" or policy is None:
+        return
+    if "sm_90a" not in {str(a) for a in archs}:
+        print("note: --llm-examples replay: the examples are sm_90a programs and this GPU "
+              "runs none; the prompts start without them", file=sys.stderr)
         return
     from gemmforge.policy.prompts import PromptConfig
     from gemmforge.search.llm_tasks import seed_examples
