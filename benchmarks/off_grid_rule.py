@@ -21,8 +21,8 @@ scores 0.
 
   (a) off grid: each shape of --off-grid (30 model shapes, ~90 programs each), resolved
       from the package's shipped file as `matmul` would (search.choice.resolve, shipped
-      file alone; the learned rule with --model, default the package's model file, which
-      was trained on the grid store alone);
+      file alone; the learned rule with --model, default the package's model file of the
+      shapes' layout);
   (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~130
       programs a shape; repeated, several stores read as one, as search.ranker_train does:
       the nt stores) with a shipped row of the class, resolved from the shipped file
@@ -159,9 +159,12 @@ def main(argv=None) -> int:
     rows: list = []
     if args.off_grid:
         readings = portfolio(args.off_grid)
-        model = ranker.read(args.model) if args.model else ranker.load()
-        if model is None:
-            print("off-grid: no model file: the learned rule is the wave rule", file=sys.stderr)
+        layouts = sorted({p.layout.value for p in readings})
+        # without --model, resolve loads the package's model of each shape's layout
+        model = ranker.read(args.model) if args.model else None
+        if model is None and any(ranker.load(layout=lay) is None for lay in layouts):
+            print("off-grid: no model file of the layout: the learned rule is the wave rule",
+                  file=sys.stderr)
         report("off-grid", readings,
                off_grid_picks(readings, args.device_class, args.reach, model), rows)
     if args.grid:
