@@ -9,9 +9,12 @@ is usable at a shape by this model and serves the best. The model predicts log(c
 every candidate, so the order is that of predicted kernel time) from the shape, the
 program's fields and quantities derived from both (features()): tiles, waves of tiles on the
 class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot work
-(search.waves) over the ideal, bytes moved per multiply-add. It was trained on the grid
-campaign's portfolio readings (search.ranker_train: every program of a shape timed in one
-group beside cuBLAS) and never on the shapes it is judged on off the grid.
+(search.waves) over the ideal, bytes moved per multiply-add. It was trained on campaign
+portfolio readings (search.ranker_train: every program of a shape timed in one group beside
+cuBLAS): for nn the grid's and those of 300 random layer-like shapes off it (ragged token
+counts and model widths, which the grid's powers of two never show;
+benchmarks/ragged_shapes.py), for nt the sample's, the LLM layers' and 150 such shapes; never
+on the shapes it is judged on off the grid.
 
 One model file per layout (a model is trained on one layout's store and refused at another's
 shapes): search/data/ranker_h100.json (nn) and ranker_h100_nt.json (nt, x @ W.t()); a

@@ -1,9 +1,11 @@
 """Train search.ranker's model on a campaign store's portfolio readings.
 
     python3 -m gemmforge.search.ranker_train --store .carry/campaign/rerun_h100.db \
+        --store .carry/campaign/ragged_nn_h100.db --store .carry/campaign/ragged_nn_b_h100.db \
         --out search/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
     python3 -m gemmforge.search.ranker_train --store .carry/campaign/small_nt_h100.db \
-        --store .carry/campaign/llm_nt_h100.db --out search/data/ranker_h100_nt.json
+        --store .carry/campaign/llm_nt_h100.db --store .carry/campaign/ragged_nt_h100.db \
+        --out search/data/ranker_h100_nt.json
 
 A campaign's portfolio pass times every program of a shape in one group beside cuBLAS
 (search.campaign_store; one reading each, kernel protocol). Each reading that passed is one
