@@ -31,7 +31,12 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
     does not load, or one of another class or layout): the wave rule, silently. A program
     need not have been measured near this shape: the model carries each one across the grid,
     which the wave rule's one measured time cannot (a perfect chooser among the neighbours
-    reads only 0.91 of tuning off the grid; the best shipped program anywhere 0.995).
+    reads only 0.91 of tuning off the grid; the best shipped program anywhere 0.995). So
+    where no shipped row lies within reach at all, the learned rule still ranks the class's
+    shipped programs, provided the shape lies inside the range of the model's training
+    shapes (Ranker.covers); outside it, the heuristic's program. Replayed at the random nt
+    shapes the shipped nt rows do not reach (the models trained without them): the model's
+    pick 0.945-0.949 of the best reading there, the heuristic's 0.814-0.858.
   - "waves": ALL the shipped neighbours within MAX_DISTANCE, each one's measured kernel
     time carried to this shape by its waves of tiles (search.waves.predicted_us:
     ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
@@ -65,7 +70,9 @@ program to be used. The grid's shapes are one octave apart in each of m, n and k
 16384), so every shape inside the grid's box lies within sqrt(3)/2 = 0.87 of a grid shape:
 1.0 serves all of them from the shipped file, and refuses shapes more than an octave outside
 the box (m = 1 to 31: a GEMV, not a GEMM the grid measured) or more than an octave from
-every tuned shape, where a program's tile and schedule no longer describe the problem."""
+every tuned shape, where a program's tile and schedule no longer describe the problem. (The
+learned rule then ranks the shipped programs by its model where the model's training
+shapes cover the shape: the module doc.)"""
 
 SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
 RULES = ("learned", "waves", "nearest")  # how a shipped program is picked (module doc)
@@ -150,6 +157,14 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     if found:
         chosen = pick(problem, found, classes, "waves" if rule == "learned" else rule)
         return learned_pick(problem, chosen, book, exclude, model) if rule == "learned" else chosen
+    heuristic = _heuristic(problem, arch, exclude)
+    if rule == "learned" and classes:
+        return learned_pick(problem, heuristic, book, exclude, model, classes[0])
+    return heuristic
+
+
+def _heuristic(problem: Problem, arch: Arch, exclude: frozenset) -> Choice:
+    """The heuristic policy's program, of its first preferred backend not `exclude`d."""
     from gemmforge.policy.heuristic import PREFERRED, default_program
     for backend in [b for b in PREFERRED[arch] if b not in exclude] if exclude else [None]:
         try:
@@ -179,21 +194,25 @@ def pick(problem: Problem, found: list[Choice], classes: tuple[str, ...],
 
 
 def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
-                 model=None) -> Choice:
+                 model=None, device_class: str | None = None) -> Choice:
     """The learned rule (module doc): where `fallback` (the wave rule's pick) is a shipped
     neighbour of the model's device class and layout, the distinct shipped program of that
     class that `model` (None: search.ranker.load() of the problem's layout) ranks best among
-    those usable at `problem` (the fallback's program where the model ranks it first); else,
-    or with no model, `fallback`."""
-    if fallback.source != "shipped" or fallback.distance == 0.0:
+    those usable at `problem` (the fallback's program where the model ranks it first); where
+    `fallback` is the heuristic's (no shipped neighbour within reach) and the model of
+    `device_class` covers `problem` (Ranker.covers: inside its training shapes' range), the
+    best ranked of that class's shipped programs; else, or with no model, `fallback`."""
+    far = fallback.source == "heuristic"
+    if (fallback.source != "shipped" or fallback.distance == 0.0) and not far:
         return fallback
+    cls = device_class if far else fallback.device_class
     from gemmforge.search import ranker
     model = model if model is not None else ranker.load(layout=problem.layout.value)
-    sms = multiprocessors(fallback.device_class)
-    if (model is None or sms is None or model.device_class != fallback.device_class
-            or model.layout != problem.layout.value):
+    sms = multiprocessors(cls) if cls else None
+    if (model is None or sms is None or model.device_class != cls
+            or model.layout != problem.layout.value or (far and not model.covers(problem))):
         return fallback
-    ranked = _learned_rows(problem, fallback, book, model, exclude)
+    ranked = _learned_rows(problem, fallback, book, model, exclude, cls)
     if len(ranked) < 2:
         return fallback
     scores = model.scores([rows[0].program for rows in ranked], problem, sms)
@@ -212,15 +231,17 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     return fallback
 
 
-def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude) -> list[list]:
+def _learned_rows(problem: Problem, fallback: Choice, book, model, exclude,
+                  device_class: str) -> list[list]:
     """The shipped rows of each distinct program the learned rule ranks at `problem`, one
-    list per program: the fallback's first, then in text order each program of the class's
-    rows, of the fallback's arch and not of an `exclude`d backend, that `model` saw timed at
-    min_trained_shapes() of its shapes or more. Not yet checked for legality at `problem`."""
+    list per program: the fallback's first (where it is shipped), then in text order each
+    program of `device_class`'s rows, of the fallback's arch and not of an `exclude`d
+    backend, that `model` saw timed at min_trained_shapes() of its shapes or more. Not yet
+    checked for legality at `problem`."""
     keep = str(fallback.program)
     floor = min_trained_shapes(model.trained.get("shapes"))
     by_text: dict = {}
-    for row in book.group(fallback.device_class, problem):
+    for row in book.group(device_class, problem):
         text = row.program_text
         if text == keep or model.programs.get(text, 0) >= floor:
             by_text.setdefault(text, []).append(row)

@@ -27,7 +27,7 @@ in depth-first order, plus the command that trained it and its validation figure
      "features": [names...], "base": float, "leaf_scale": 1e-06,
      "programs": {"<program text>": shapes it was timed at in training, ...},
      "trained": {"command": ..., "store": ..., "rows": ..., "shapes": ..., "seed": ...,
-                 "validation": {...}},
+                 "validation": {...}, "box": {"m": [least, most], "n": ..., "k": ...}},
      "trees": [[[feature, threshold, right], ..., leaf, ...], ...]}
 
 A node [feature, threshold, right] sends a row to the next node where its feature is <=
@@ -138,6 +138,20 @@ class Ranker:
     programs: dict  # {program text: shapes the training store timed it at}
     trained: dict
     path: Path | None = None
+
+    def covers(self, problem: Problem) -> bool:
+        """`problem`'s m, n and k each lie within the range of the training shapes' (the
+        file's trained["box"]: {"m": [least, most], "n": ..., "k": ...}); False for a file
+        without one. search.choice ranks shipped programs with no neighbour near a shape
+        only where the model covers it."""
+        box = self.trained.get("box")
+        if not isinstance(box, dict):
+            return False
+        try:
+            return all(float(box[d][0]) <= getattr(problem, d) <= float(box[d][1])
+                       for d in ("m", "n", "k"))
+        except (KeyError, TypeError, ValueError, IndexError):
+            return False
 
     def scores(self, programs: list[Program], problem: Problem, sms: int) -> np.ndarray:
         """Predicted log cuBLAS ratio of each of `programs` at `problem` (higher: faster)."""

@@ -99,6 +99,12 @@ def dataset(store: dict, sms: int) -> tuple:
             np.exp(WEIGHT_SLOPE * target_a), np.array(group), texts, shapes)
 
 
+def box(shapes) -> dict:
+    """{"m": [least, most], "n": ..., "k": ...} over the training `shapes` (Ranker.covers)."""
+    return {d: [min(getattr(p, d) for p in shapes), max(getattr(p, d) for p in shapes)]
+            for d in ("m", "n", "k")}
+
+
 def fit(x: np.ndarray, target: np.ndarray, weight: np.ndarray, seed: int,
         params: dict = PARAMS):
     """A HistGradientBoostingRegressor of `params` fitted to the rows."""
@@ -230,7 +236,7 @@ def main(argv=None) -> int:
     trained = {"command": command, "store": " + ".join(Path(s).name for s in args.store),
                "rows": len(data[1]), "shapes": len(data[5]), "seed": args.seed, "params": params,
                "weight_slope": WEIGHT_SLOPE, "sklearn": _sklearn_version(),
-               "validation": validation}
+               "validation": validation, "box": box(data[5])}
     content = model_json(model, args.device_class, layouts.pop(), Counter(data[4]), trained,
                          data[0])
     walked = ranker.from_json(content).trees.predict(data[0])

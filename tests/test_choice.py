@@ -70,9 +70,10 @@ def test_shipped_exact_nearest_and_refused(shipped_file):
                    use_tuned=False)
     assert near.provenance == "shipped-nearest" and near.measured == Problem(4096, 4096, 4096)
     assert 0 < near.distance < 0.05 and "distance 0.0" in near.line()
-    # one octave in every dimension: sqrt(3) > MAX_DISTANCE, refused -> heuristic
+    # one octave in every dimension: sqrt(3) > MAX_DISTANCE, refused -> heuristic (the wave
+    # and nearest rules; the learned rule ranks the shipped programs there: below)
     far = resolve(Problem(2048, 2048, 2048), Arch.SM90A, "h100", shipped_path=shipped_file,
-                  use_tuned=False)
+                  use_tuned=False, rule="waves")
     assert far.provenance == "heuristic" and far.distance is None
     assert distance(Problem(2048, 2048, 2048), Problem(4096, 4096, 4096)) > MAX_DISTANCE
     assert far.line().startswith("program: heuristic")

@@ -13,7 +13,7 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.search import ranker
-from gemmforge.search.choice import resolve
+from gemmforge.search.choice import MAX_DISTANCE, resolve
 from shipped_helpers import shipped_file as _shipped
 
 PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
@@ -104,6 +104,40 @@ def test_the_learned_rule_ranks_only_legal_programs_of_allowed_backends(book):
                    use_tuned=False, rule="learned", model=rare).program == waves.program
 
 
+BOX = {"m": [16, 4096], "n": [1024, 32768], "k": [1024, 32768]}
+
+
+def test_with_no_neighbour_in_reach_the_learned_rule_ranks_the_shipped_programs_it_covers(book):
+    # 40x24576x4096: more than an octave from every row of `book` (the wave rule: heuristic)
+    p = Problem(40, 24576, 4096)
+    kw = dict(shipped_path=book, use_tuned=False)
+    heuristic = resolve(p, Arch.SM90A, "h100", rule="waves", **kw)
+    assert heuristic.provenance == "heuristic"
+    covering = ranker.from_json({**_model(), "trained": {"command": "test", "box": BOX}})
+    assert covering.covers(p) and not covering.covers(Problem(8, 24576, 4096))
+    far = resolve(p, Arch.SM90A, "h100", rule="learned", model=covering, **kw)
+    assert str(far.program) == TALL and far.provenance == "shipped-nearest"
+    assert far.distance > MAX_DISTANCE and far.measured == Problem(512, 6144, 4096)
+    assert far.ranked == 4 and "first usable of 4 shipped programs" in far.line()
+    # outside the model's training shapes, a file without a box, or no device class: the
+    # heuristic's program, as before
+    for q, model, cls in [(Problem(8, 24576, 4096), covering, "h100"),
+                          (p, ranker.from_json(_model()), "h100"), (p, covering, None)]:
+        served = resolve(q, Arch.SM90A, cls, rule="learned", model=model, **kw)
+        assert served == resolve(q, Arch.SM90A, cls, rule="waves", **kw)
+        assert served.provenance == "heuristic"
+    # a backend the caller excludes is never served, a far pick included
+    no_wgmma = resolve(p, Arch.SM90A, "h100", rule="learned", model=covering,
+                       exclude=frozenset({"cuda_wgmma"}), **kw)
+    assert no_wgmma.program.backend == "triton" and no_wgmma.ranked == 2
+
+
+def test_a_box_that_does_not_read_covers_nothing():
+    for box in ({"m": [16, 4096]}, {"m": "x", "n": [1, 2], "k": [1, 2]}, [1, 2]):
+        model = ranker.from_json({**_model(), "trained": {"box": box}})
+        assert not model.covers(Problem(64, 64, 64))
+
+
 def test_without_a_model_file_the_learned_rule_is_the_wave_rule(book, tmp_path, monkeypatch):
     monkeypatch.setattr(ranker, "DEFAULT_PATH", tmp_path / "absent.json")
     p = Problem(333, 6144, 4096)
@@ -183,6 +217,8 @@ def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
     assert model.programs == {PINGPONG: 72, TALL: 72, TRITON: 72}
     assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
     assert model.trained["validation"]["folds"] == 2
+    assert model.trained["box"] == {"m": [64, 2048], "n": [1024, 4096], "k": [512, 4096]}
+    assert model.covers(Problem(80, 4096, 2048)) and not model.covers(Problem(32, 4096, 2048))
     programs = [parse(t) for t in (TALL, TRITON, PINGPONG)]
     big, small = model.scores(programs, Problem(1500, 4096, 2048), 132), \
         model.scores(programs, Problem(80, 4096, 2048), 132)
@@ -204,7 +240,8 @@ def test_a_threshold_equal_to_a_row_s_value_is_written_to_send_that_row_left():
 def test_the_package_s_nt_model_loads_and_ranks():
     model = ranker.load(layout="nt")
     assert model is not None and model.device_class == "h100" and model.layout == "nt"
-    assert model.trained["store"] == "small_nt_h100.db + llm_nt_h100.db"
+    assert model.trained["store"].startswith("small_nt_h100.db + llm_nt_h100.db + ragged_nt")
+    assert model.covers(Problem(1, 4096, 4096, "nt"))  # the LLM store's decode steps
     programs = [parse(t) for t in sorted(model.programs)[:8]]
     scores = model.scores(programs, Problem(77, 4096, 4096, "nt"), 132)
     assert scores.shape == (8,) and np.isfinite(scores).all()
