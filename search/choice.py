@@ -48,8 +48,9 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
 Measured live on an H100 (benchmarks/off_grid.py: each pick timed beside the shape's tuned
 winner in one group), 30 model layer shapes off the grid, none a training shape: learned
 0.981 and 0.982 of tuning the shape in two runs (25 and 24 of 30 within 5 %; the grid-only
-model read 0.920 and 0.934, the wave rule 0.881), at layout nt 0.956 and 0.964 (0.874 with
-the model before the random shapes). Replayed on recorded H100 campaigns
+model read 0.920 and 0.934, the wave rule 0.881), at layout nt 0.976 in both of two runs
+(0.874 with the model before the random shapes; 0.956 and 0.964 before the learned rule
+ranked the shipped programs where no row is within reach). Replayed on recorded H100 campaigns
 (benchmarks/off_grid_rule.py; offline; a pick over the best recorded program at the shape,
 untimed picks left out), leave-one-out over the 813 grid shapes (the learned rule's model
 trained without the shape's fold): nearest 0.924 (781 timed) / waves 0.945 (759) / learned
