@@ -159,8 +159,10 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
         chosen = pick(problem, found, classes, "waves" if rule == "learned" else rule)
         return learned_pick(problem, chosen, book, exclude, model) if rule == "learned" else chosen
     heuristic = _heuristic(problem, arch, exclude)
-    if rule == "learned" and classes:
-        return learned_pick(problem, heuristic, book, exclude, model, classes[0])
+    for cls in classes if rule == "learned" else ():  # the first class the model is of
+        chosen = learned_pick(problem, heuristic, book, exclude, model, cls)
+        if chosen is not heuristic:
+            return chosen
     return heuristic
 
 

@@ -119,6 +119,8 @@ def test_with_no_neighbour_in_reach_the_learned_rule_ranks_the_shipped_programs_
     assert str(far.program) == TALL and far.provenance == "shipped-nearest"
     assert far.distance > MAX_DISTANCE and far.measured == Problem(512, 6144, 4096)
     assert far.ranked == 4 and "first usable of 4 shipped programs" in far.line()
+    # an H200 has no model of its own: its sibling class's model ranks that class's rows
+    assert resolve(p, Arch.SM90A, "h200", rule="learned", model=covering, **kw) == far
     # outside the model's training shapes, a file without a box, or no device class: the
     # heuristic's program, as before
     for q, model, cls in [(Problem(8, 24576, 4096), covering, "h100"),
