@@ -159,10 +159,11 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
         chosen = pick(problem, found, classes, "waves" if rule == "learned" else rule)
         return learned_pick(problem, chosen, book, exclude, model) if rule == "learned" else chosen
     heuristic = _heuristic(problem, arch, exclude)
-    for cls in classes if rule == "learned" else ():  # the first class the model is of
-        chosen = learned_pick(problem, heuristic, book, exclude, model, cls)
-        if chosen is not heuristic:
-            return chosen
+    if rule == "learned":
+        for cls in classes:  # the first class whose model ranks here
+            chosen = learned_pick(problem, heuristic, book, exclude, model, cls)
+            if chosen is not heuristic:
+                return chosen
     return heuristic
 
 

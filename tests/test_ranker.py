@@ -257,6 +257,8 @@ def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
     model = ranker.load()
     assert model is not None and model.device_class == "h100" and model.layout == "nn"
     assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
+    # trained on the grid and the random shapes off it: m from 17, n and k up to 32256
+    assert model.covers(Problem(77, 24576, 4096)) and not model.covers(Problem(8, 4096, 4096))
     code = ("import sys\n"
             "for name in ('sklearn', 'torch', 'optuna', 'sqlalchemy'): sys.modules[name] = None\n"
             "from gemmforge.ir.program import Arch, Problem\n"
