@@ -20,14 +20,10 @@ import random
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-GRID = HERE.parent / "search" / "data" / "grid_1000.txt"
-JUDGED = HERE / "shapes" / "off_grid_models.txt"
+from gemmforge.search.shapes import shape_texts
+
+JUDGED = Path(__file__).resolve().parent / "shapes" / "off_grid_models.txt"
 FLOPS = (2e8, 1e11)
-
-
-def _texts(path: Path) -> set[str]:
-    return {s for line in path.read_text().splitlines() for s in line.partition("#")[0].split()}
 
 
 def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
@@ -37,7 +33,7 @@ def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
 def draw(count: int, seed: int) -> list[str]:
     """`count` distinct MxNxK texts (module doc), in drawing order."""
     rng = random.Random(seed)
-    excluded = _texts(GRID) | _texts(JUDGED)
+    excluded = set(shape_texts("grid")) | set(shape_texts(f"@{JUDGED}"))
     out: list[str] = []
     while len(out) < count:
         m = round(_log_uniform(rng, 16, 4096))

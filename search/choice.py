@@ -212,7 +212,7 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     cls = device_class if far else fallback.device_class
     from gemmforge.search import ranker
     model = model if model is not None else ranker.load(layout=problem.layout.value)
-    sms = multiprocessors(cls) if cls else None
+    sms = multiprocessors(cls)
     if (model is None or sms is None or model.device_class != cls
             or model.layout != problem.layout.value or (far and not model.covers(problem))):
         return fallback
