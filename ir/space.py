@@ -47,7 +47,9 @@ from gemmforge.ir.program import (
 PRACTICAL_TILE = 256
 """Largest tile.bm / tile.bn searched (the IR allows 512; such tiles overflow the register
 budget of every backend with fewer than 8x8 warps)."""
-PRACTICAL_BK = 128
+PRACTICAL_BK = 256
+"""Largest tile.bk searched: the skinny decode programs (8x64x256 and 16x64x256, swapped, five
+stages) stream their weights in 256-deep k-tiles, and a search must be able to find what ships."""
 _SHAPE_KNOBS = ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "stages")
 _SEP, _AT = ":", "@"
 REPAIRS = 40  # sample_legal: redraws of the blamed parameters before a fresh draw

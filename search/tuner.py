@@ -28,7 +28,10 @@ the reason and re-enqueued at once; those of a killed process are failed and re-
 where the trial's owner (user attr `owner`, host:pid) is a process of that host that has
 ended, else once its heartbeat is `grace_s` old. Storage: any SQLAlchemy URL (PostgreSQL to
 share studies across machines), SQLite in the user cache dir by default, ":memory:" for a
-throw-away study. Study name: "<device> | <problem>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32".
+throw-away study. Study name: "<device> | <problem>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32";
+a run whose search space (backends, archs, package version) gives a parameter other choices
+than the stored trials had continues "<device> | <problem> | space <hash>", seeded with
+the problem's earlier trials (search.study_spaces).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from typing import Callable, Sequence
 
 from gemmforge.ir.program import Problem
 from gemmforge.ir.space import Space
+from gemmforge.search import study_spaces
 from gemmforge.search.candidate_trials import claim, fail_stale, known_programs, reject, requeue
 from gemmforge.search.env import WORST_REWARD, reward
 from gemmforge.search.records import Result
@@ -99,13 +103,12 @@ class Tuner:
         self._observed: set[tuple[str, int]] = set()  # (study, trial number) seen by policy
 
     def study(self, problem: Problem):
-        """The problem's study on this runner's device (created if missing)."""
-        import optuna
+        """The problem's study on this runner's device for this run's space (created if
+        missing; search.study_spaces)."""
         seed = None if self.settings.seed is None else self._rng.randrange(2 ** 31)
         sampler = make_sampler(seed, self.settings.startup_trials)
-        return optuna.create_study(study_name=study_name(self.runner.device, problem),
-                                   storage=self.storage, sampler=sampler,
-                                   direction="maximize", load_if_exists=True)
+        return study_spaces.open_for_space(self.storage, study_name(self.runner.device, problem),
+                                           self.space(problem), sampler)
 
     def space(self, problem: Problem) -> Space:
         return Space.build(self.runner.archs, self.settings.backends, problem)
@@ -169,7 +172,8 @@ class Tuner:
         """The problem's outcome as stored now, unconfirmed (what an interrupted run
         reports); a study never created has measured nothing."""
         import optuna
-        name = study_name(self.runner.device, problem)
+        name = study_spaces.resolve(self.storage, study_name(self.runner.device, problem),
+                                    self.space(problem).distributions())
         try:
             study = optuna.load_study(study_name=name, storage=self.storage)
         except KeyError:

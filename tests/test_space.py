@@ -124,3 +124,18 @@ def test_sample_legal_finds_cuda_wgmma_programs(shape):
     drawn = [space.sample_legal(problem, rng, tries=50) for _ in range(5)]
     assert all(check(p, problem) is None for p in drawn)
     assert all(space.contains(p) for p in drawn) and len(set(drawn)) > 1
+
+
+def test_every_shipped_program_lies_in_its_backends_space():
+    """What ships was found by campaigns, some of it from hand-written lists; a tune must be
+    able to find it again (the skinny decode programs' 256-deep k-tiles were once outside)."""
+    from gemmforge.search.shipped import shipped
+    by_space: dict = {}
+    for row in shipped().rows:
+        p = row.program
+        by_space.setdefault((p.backend, p.arch), set()).add(p)
+    assert by_space
+    for (backend, arch), programs in by_space.items():
+        space = Space.build([arch], [backend])
+        outside = sorted(str(p) for p in programs if not space.contains(p))
+        assert outside == [], f"{backend} {arch}: {outside}"

@@ -317,3 +317,37 @@ def test_a_trial_keeps_a_failure_message_cut_and_every_other_field():
     assert kept["message"] == "x" * MESSAGE_CHARS and kept["status"] == "build_error"
     assert "kernel_us" in kept and len(data["message"]) == MESSAGE_CHARS + 50
     assert trial_result({"status": "ok"})["message"] == ""
+
+
+def test_a_run_over_another_space_continues_without_measuring_again(tmp_path):
+    """optuna fixes a parameter's choices per study; a run whose backends give "backend"
+    other choices continues a space study seeded with the earlier trials."""
+    from gemmforge.search.study_spaces import SPACE_MARK
+    runner = replay.ReplayRunner(archs=ARCHS)
+
+    def run(backends, trials):
+        settings = TuneSettings(budget=Budget(trials), confirm=0,
+                                **dict(SETTINGS, backends=backends))
+        tuner = Tuner(runner, None, _url(tmp_path), settings)
+        return tuner, tuner.tune(PROBLEM)
+
+    first, out1 = run(("cuda_mma", "triton"), 8)
+    assert out1.measured == 8 and runner.calls == 8
+    second, out2 = run(("cuda_mma", "cuda_wgmma"), 14)
+    assert SPACE_MARK in out2.study and out2.measured == 14
+    assert runner.calls == 14  # the first run's 8 were carried, not measured again
+    texts = [t.user_attrs["program"] for t in _study_trials(second) if t.user_attrs.get("measured")]
+    assert len(texts) == len(set(texts)) == 14
+    assert set(_programs(first)) <= set(texts)
+    assert out2.best_ratio >= out1.best_ratio
+    assert second.progress(PROBLEM).measured == 14
+    again, out3 = run(("cuda_mma", "triton"), 10)  # the first space: its own study again
+    assert out3.study == out1.study and out3.measured == 10 and runner.calls == 16
+
+
+def _study_trials(tuner):
+    return tuner.study(PROBLEM).get_trials(deepcopy=False)
+
+
+def _programs(tuner):
+    return [t.user_attrs["program"] for t in _study_trials(tuner) if t.user_attrs.get("measured")]
