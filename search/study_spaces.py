@@ -66,28 +66,42 @@ def open_for_space(storage, base: str, space, sampler):
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                     direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
-        return _when_seeded(optuna.load_study(study_name=name, storage=storage,
-                                              sampler=sampler))
-    sources = [base] + sorted(n for n in optuna.get_all_study_names(storage)
-                              if n.startswith(base + SPACE_MARK) and n != name)
-    study.add_trials(carried(storage, sources, space, distributions))
-    study.set_user_attr(CARRIED_ATTR, sources)
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        if not _seeded(study):  # its creator died seeding it, or is slow: finish the job
+            _seed(storage, study, base, space, distributions)
+        return study
+    _seed(storage, study, base, space, distributions)
     return study
 
 
-def _when_seeded(study):
-    """`study` once the process that created it has seeded it (or after WAIT_S)."""
+def _seeded(study) -> bool:
+    """Whether `study` has been seeded, waiting up to WAIT_S for the process seeding it."""
     deadline = time.monotonic() + WAIT_S
-    while CARRIED_ATTR not in study.user_attrs and time.monotonic() < deadline:
+    while CARRIED_ATTR not in study.user_attrs:
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.2)
-    return study
+    return True
+
+
+def _seed(storage, study, base: str, space, distributions: dict) -> None:
+    """Add to `study` the carried trials whose programs it lacks, then mark it seeded (so a
+    seeding cut short is completed by the next run, without adding a program twice)."""
+    import optuna
+    sources = [base] + sorted(n for n in optuna.get_all_study_names(storage)
+                              if n.startswith(base + SPACE_MARK) and n != study.study_name)
+    have = {t.user_attrs.get("program") for t in study.get_trials(deepcopy=False)}
+    study.add_trials([t for t in carried(storage, sources, space, distributions)
+                      if t.user_attrs["program"] not in have])
+    study.set_user_attr(CARRIED_ATTR, sources)
 
 
 def carried(storage, sources: list[str], space, distributions: dict) -> list:
-    """Frozen trials for a new space study: every finished trial of the `sources` studies,
-    each program once (a measured trial before an unmeasured one), its parameters those of
-    `space` where the program lies in it, else none (the trial then still counts towards the
-    budget and the duplicate check, and its result towards the best)."""
+    """Frozen trials for a new space study: every finished trial of the `sources` studies
+    that names a program, each program once (a measured trial before an unmeasured one), its
+    parameters those of `space` where the program lies in it, else none (the trial then
+    still counts towards the budget and the duplicate check, and its result towards the
+    best)."""
     from optuna.trial import TrialState, create_trial
 
     from gemmforge.ir.text import parse
@@ -99,17 +113,16 @@ def carried(storage, sources: list[str], space, distributions: dict) -> list:
         for t in study.get_trials(deepcopy=False,
                                   states=(TrialState.COMPLETE, TrialState.FAIL)):
             text = t.user_attrs.get("program")
+            if not text:  # asked, never given a program: nothing to carry
+                continue
             if text in seen and not (t.user_attrs.get("measured")
                                      and not out[seen[text]].user_attrs.get("measured")):
                 continue
-            params = {}
-            if text:
-                try:
-                    program = parse(text)
-                    if space.contains(program):
-                        params = space.params(program)
-                except ValueError:
-                    params = {}
+            try:
+                program = parse(text)
+                params = space.params(program) if space.contains(program) else {}
+            except ValueError:
+                params = {}
             trial = create_trial(
                 state=t.state, value=t.value if t.state == TrialState.COMPLETE else None,
                 params=params, distributions={k: distributions[k] for k in params},
@@ -117,7 +130,6 @@ def carried(storage, sources: list[str], space, distributions: dict) -> list:
             if text in seen:
                 out[seen[text]] = trial
             else:
-                if text:
-                    seen[text] = len(out)
+                seen[text] = len(out)
                 out.append(trial)
     return out

@@ -351,3 +351,30 @@ def _study_trials(tuner):
 
 def _programs(tuner):
     return [t.user_attrs["program"] for t in _study_trials(tuner) if t.user_attrs.get("measured")]
+
+
+def test_a_space_study_whose_seeding_was_cut_short_is_completed(tmp_path, monkeypatch):
+    """A process killed between creating the space study and marking it seeded: the next
+    run waits WAIT_S for it, then adds the trials it lacks, none twice."""
+    from gemmforge.search import study_spaces
+    monkeypatch.setattr(study_spaces, "WAIT_S", 0.3)
+    runner = replay.ReplayRunner(archs=ARCHS)
+
+    def tuner(backends, trials):
+        return Tuner(runner, None, _url(tmp_path), TuneSettings(
+            budget=Budget(trials), confirm=0, **dict(SETTINGS, backends=backends)))
+
+    first = tuner(("cuda_mma", "triton"), 6)
+    first.tune(PROBLEM)
+    second = tuner(("cuda_mma", "cuda_wgmma"), 9)
+    space = second.space(PROBLEM)
+    base = f"{runner.device} | {PROBLEM}"
+    name = study_spaces.resolve(first.storage, base, space.distributions())
+    partial = optuna.create_study(study_name=name, storage=first.storage, direction="maximize")
+    partial.add_trials(study_spaces.carried(first.storage, [base], space,
+                                            space.distributions())[:2])  # then killed
+    out = second.tune(PROBLEM)
+    assert out.study == name and out.measured == 9 and runner.calls == 9
+    texts = [t.user_attrs["program"] for t in _study_trials(second)]
+    assert len(texts) == len(set(texts))
+    assert second.study(PROBLEM).user_attrs[study_spaces.CARRIED_ATTR] == [base]
