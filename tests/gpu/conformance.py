@@ -22,6 +22,8 @@ CUDA = [
     "cuda_mma sm_80 128x256x32 w2x4 s3 sw64 col/8 pred k1 dp c1x1 nows direct",
     "cuda_mma sm_80 64x64x64 w2x2 s3 swpad row/4 padop k4 dp c1x1 nows direct",
     "cuda_mma sm_80 32x32x32 w1x1 s2 swnone row/1 pred k3a dp c1x1 nows direct",
+    # 256-deep k-tiles (ir.space searches bk up to 256 since the twenty-second session)
+    "cuda_mma sm_80 64x64x256 w2x2 s2 swpad row/4 pred k1 dp c1x1 nows direct",
 ]
 CUDA_WGMMA = [
     "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
@@ -45,6 +47,9 @@ CUDA_WGMMA = [
     "cuda_wgmma sm_90a 64x128x64 w1x1 s4 sw128 row/1 pred k1 streamk c1x1 nows direct",
     "cuda_wgmma sm_90a 128x128x64 w1x2 s4 sw128 row/1 pred k1 persistent c2x1 coop tma",
     "cuda_wgmma sm_90a 128x256x64 w1x4 s4 sw128 row/8 padop k1 dp c1x2 coop direct",
+    # 256-deep k-tiles: unswapped, and the shipped 16-token decode program
+    "cuda_wgmma sm_90a 64x128x256 w1x1 s2 sw128 row/8 pred k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct swap pdl",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
@@ -64,6 +69,7 @@ CUTE_CPP = [
     # cluster and with stream-K, both swapped into its frame
     "cute_cpp sm_90a 192x128x64 w1x2 s5 swnone row/8 pred k1 persistent c2x1 coop tma",
     "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/4 pred k1 streamk c1x1 coop tma",
+    "cute_cpp sm_90a 128x64x256 w1x1 s2 swnone row/4 pred k1 dp c1x1 pingpong tma",  # bk 256
 ]
 TRITON = [
     "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
@@ -72,6 +78,8 @@ TRITON = [
     "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
     "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
     "triton sm_90a 128x64x64 w1x4 s4 swnone col/4 pred k4 dp c1x1 nows tma",
+    "triton sm_80 64x64x256 w2x2 s2 swnone row/4 pred k1 dp c1x1 nows direct",  # bk 256
+    "triton sm_90a 64x128x256 w2x2 s2 swnone row/4 pred k1 dp c1x1 nows direct",
 ]
 
 PROGRAMS: dict[str, list[str]] = {}
