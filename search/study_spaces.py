@@ -67,9 +67,8 @@ def open_for_space(storage, base: str, space, sampler):
                                     direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        if not _seeded(study):  # its creator died seeding it, or is slow: finish the job
-            _seed(storage, study, base, space, distributions)
-        return study
+        if _seeded(study):  # else its creator died seeding it, or is slow: finish the job
+            return study
     _seed(storage, study, base, space, distributions)
     return study
 
@@ -118,9 +117,8 @@ def carried(storage, sources: list[str], space, distributions: dict) -> list:
             if text in seen and not (t.user_attrs.get("measured")
                                      and not out[seen[text]].user_attrs.get("measured")):
                 continue
-            try:
-                program = parse(text)
-                params = space.params(program) if space.contains(program) else {}
+            try:  # a text that no longer parses, or a program outside the space: none
+                params = space.params(parse(text))
             except ValueError:
                 params = {}
             trial = create_trial(
