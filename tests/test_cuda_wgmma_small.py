@@ -92,8 +92,8 @@ def test_cluster_split_k_sums_through_distributed_shared_memory():
                    "attrs[n].val.clusterDim.x = kLaunchCluster;",
                    "if (kSplitK > 1 && !kInKernelReduce && !kClusterReduce)"]:
         assert needle in text, needle
-    body = text[text.index("__global__ void"):]
-    producer = body[body.index("loads.drain(r);"):body.index("} else {")]
+    roles = text[text.index("void play_roles("):]  # the CTA's work after its set-up
+    producer = roles[roles.index("loads.drain(r);"):roles.index("} else {")]
     assert producer.count("cluster_sync();") == 2
     assert "cluster_reduce(r, c, acc)" not in lowered(IN_KERNEL, LLM)
     assert make_context(parse(CLUSTER_K.replace("k4c", "k1")), LLM).red_bytes == 0
@@ -142,15 +142,17 @@ PDL = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direc
 
 
 def test_pdl_waits_before_global_memory_and_launches_with_the_attribute():
-    """pdl: the kernel waits for the previous kernel's memory right after its set-up (before
-    the loader or any consumer runs), signals its dependents, and is launched by
-    cudaLaunchKernelEx with programmatic stream serialization; without pdl neither appears."""
+    """pdl: the kernel waits for the previous kernel's memory right after its set-up and the
+    producer's walk to its first unit (before any load or consumer runs), signals its
+    dependents, and is launched by cudaLaunchKernelEx with programmatic stream
+    serialization; without pdl neither appears."""
     text = lowered(PDL, Problem(64, 512, 1024))
     assert "constexpr bool kPdl = true;" in text
     body = text[text.index("__global__ void"):]
     assert body.index("pdl_wait();") < body.index("pdl_launch_dependents();") < body.index(
-        "consume(")
-    assert body.index("mbar_fence_init();") < body.index("pdl_wait();")
+        "play_roles(")
+    assert body.index("mbar_fence_init();") < body.index("primed.start(args);") < body.index(
+        "pdl_wait();")
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text
     assert "Launch launch(clusters * kClusterSize, s, kPdl);" in text
     plain = lowered(PDL.removesuffix(" pdl"), Problem(64, 512, 1024))

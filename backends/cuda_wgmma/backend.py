@@ -49,6 +49,12 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      C^T = B^T A^T: the problem's N runs along wgmma's 64-row side and its M (the token
      side of an LLM layer, 8..256 in steps of 8) along wgmma's N side, so a small M fills
      the instruction instead of a 64-row tile; the direct epilogue writes C transposed.
+     Its consumers compute their tile's coordinates before the mainloop: left to the
+     compiler, those divisions sink into the epilogue, between the last k-tile and the exit.
+  8. pdl: launched with programmatic stream serialization, the kernel runs its set-up (the
+     barriers, the tensor maps' prefetch, the producer's walk to its first unit) while the
+     previous kernel finishes, then waits for that kernel's memory (griddepcontrol.wait)
+     before any load and lets the next kernel launch.
 
 Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC
 (`gemmforge emit` writes the standalone .cu with these commands in its header).
