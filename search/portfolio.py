@@ -14,7 +14,9 @@ given for its class (or for "all") that pass ir.verify there, in list order, up 
 A re-run over shapes that already have a winner (after a new kernel feature lands) starts
 from `incumbents`, {problem: program text} (e.g. the shipped file's), which come first,
 each followed by its `twins`: the same program with one boolean opt-in field set (e.g.
-"pdl"), where ir.verify accepts it at that shape.
+"pdl"), where ir.verify accepts it at that shape, or ("raster") with the rasters whose waves
+read the fewest operand bytes at that shape (search.wave_footprint; the grid's SM count,
+RASTER_SMS).
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ CLASSES = ("small", "medium", "large")
 TWIN_FIELDS = tuple(f.name for f in fields(Program)
                     if f.name in OPT_IN_FIELDS and f.type in (bool, "bool"))
 """The fields a twin may set: Program's boolean opt-in fields (swap_ab, pdl)."""
+TWIN_KINDS = (*TWIN_FIELDS, "raster")
+"""What `twins` may name: a boolean field, or "raster" (search.wave_footprint)."""
+RASTER_SMS = 132  # the SMs (one CTA each) a raster twin's waves are counted for: H100, H200
 PARALLEL_PLAN = 64  # shapes from which Portfolio.plan works in parallel processes
 
 
@@ -72,8 +77,8 @@ class Portfolio:
         if self.per_backend < 0 or self.per_shape < 1:
             raise ValueError("per_backend must be >= 0 and per_shape >= 1")
         for name in self.twins:
-            if name not in TWIN_FIELDS:
-                raise ValueError(f"twin field {name!r}: use one of {', '.join(TWIN_FIELDS)}")
+            if name not in TWIN_KINDS:
+                raise ValueError(f"twin field {name!r}: use one of {', '.join(TWIN_KINDS)}")
 
     def listed(self, cls: str) -> list[str]:
         """The listed programs for shape class `cls`, in list order, once each."""
@@ -109,10 +114,13 @@ class Portfolio:
         text = self.incumbents.get(problem)
         if text is None:
             return []
+        from gemmforge.search.wave_footprint import raster_twins
         incumbent = parse(text)
         out = []
-        for program in (incumbent, *(replace(incumbent, **{name: True})
-                                     for name in self.twins)):
+        twins = [replace(incumbent, **{name: True}) for name in self.twins if name != "raster"]
+        if "raster" in self.twins:
+            twins += raster_twins(incumbent, problem, RASTER_SMS)
+        for program in (incumbent, *twins):
             if (program.arch in archs and check(program, problem) is None
                     and str(program) not in out):
                 out.append(str(program))

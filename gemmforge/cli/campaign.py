@@ -224,7 +224,9 @@ def add_to(sub) -> None:
                    help="time each shape's shipped program first (a re-run after new "
                         "kernels land)")
     c.add_argument("--twins", help="comma list of boolean fields (pdl, swap_ab) set on "
-                                   "each incumbent as an extra candidate where legal")
+                                   "each incumbent as an extra candidate where legal, and/or "
+                                   "raster: the incumbent with the rasters whose waves read "
+                                   "fewest bytes there (search.wave_footprint)")
     c.add_argument("--chunk", type=int, help="portfolio candidates per batch (96)")
     c.add_argument("--threshold", type=float, help="search where the portfolio's best is "
                                                    "below this x cuBLAS (1.0)")
