@@ -278,7 +278,9 @@ def test_descriptors_keep_the_start_address_in_its_field():
     spilled into B's leading-byte offset (layout nn, warpgroups wider than 64 columns)."""
     text = lowered(with_(PINGPONG, cluster="c2x1"), Problem(4096, 4096, 4096, "nn", "f32"))
     assert "return (addr >> 4) & 0x3FFFu;" in text
-    assert "kBDescHi | desc_start(b + k_b)" in text and ">> 4), desc_b" not in text
+    # the mask applies to each k-tile's base; a wgmma's descriptor adds its offset to that
+    assert "static_cast<uint32_t>(kBDescHi) | desc_start(b);" in text
+    assert "desc_b = desc_plus(b_hi, b_lo, k_b);" in text and ">> 4), desc_b" not in text
 
 
 def test_stream_k_source_shares_out_the_last_wave():
