@@ -283,6 +283,27 @@ def test_descriptors_keep_the_start_address_in_its_field():
     assert "desc_b = desc_plus(b_hi, b_lo, k_b);" in text and ">> 4), desc_b" not in text
 
 
+def test_descriptor_offsets_never_carry_out_of_the_address_field():
+    """mma_k_tile builds a k-tile's base descriptors once (desc_start masks the address, rank
+    bits and all) and adds each wgmma's offset to the low word: the same descriptor as masking
+    the offset address, for every 16-byte address and offset inside 227 KB of shared memory
+    (the start-address field, bits 0-13, never carries into the leading-byte offset above)."""
+    lo_const = 0x3FFF0000  # every leading-byte-offset bit (16-29) set: a carry would show
+    smem = 227 * 1024
+
+    def desc_start(addr):
+        return (addr >> 4) & 0x3FFF
+
+    for rank_bits in (0, 1 << 24, 3 << 24):
+        for a in range(0, smem, 1040):
+            a -= a % 16
+            for off in (0, 32, 8192, 65536, smem - 16 - a):
+                if a + off >= smem:
+                    continue
+                added = (lo_const | desc_start(a | rank_bits)) + (off >> 4)
+                assert added == lo_const | desc_start((a + off) | rank_bits)
+
+
 def test_stream_k_source_shares_out_the_last_wave():
     text = lowered(with_(PINGPONG, schedule="streamk"), Problem(1000, 4096, 336, "nn", "f32"))
     for needle in ["constexpr bool kStreamK = true;", "constexpr bool kPersistent = true;",
