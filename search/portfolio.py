@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gemmforge.ir.program import OPT_IN_FIELDS, Arch, Problem, Program
+from gemmforge.search.devices import MULTIPROCESSORS
 
 LARGE_FLOPS = 1e11   # the large class (issue 4's 187 grid shapes): sustained load matters
 MEDIUM_FLOPS = 1e9   # below: a call is mostly launch and host time
@@ -36,7 +37,8 @@ TWIN_FIELDS = tuple(f.name for f in fields(Program)
 """The fields a twin may set: Program's boolean opt-in fields (swap_ab, pdl)."""
 TWIN_KINDS = (*TWIN_FIELDS, "raster")
 """What `twins` may name: a boolean field, or "raster" (search.wave_footprint)."""
-RASTER_SMS = 132  # the SMs (one CTA each) a raster twin's waves are counted for: H100, H200
+RASTER_SMS = MULTIPROCESSORS["h100"]  # the SMs (one CTA each) a raster twin's waves are counted
+# for: the Hopper dies the large campaigns run on (H100, H200: the same 132)
 PARALLEL_PLAN = 64  # shapes from which Portfolio.plan works in parallel processes
 
 
