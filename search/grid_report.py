@@ -93,7 +93,8 @@ def shipped_rows(problems, device_class: str, device: str,
                         str(problem.acc), device=device, **{
                             k: f.get(k) for k in ("kernel_us", "cublas_us", "cold_us",
                                                   "cublas_cold_us", "call_us", "cublas_call_us",
-                                                  "sustained_us", "cublas_sustained_us")})
+                                                  "sustained_us", "cublas_sustained_us")},
+                        paired_speedup=row.speedup)  # the shipped ratio: a median of readings
         published = cuda_l2().get((problem.m, problem.n, problem.k), {})
         out.append((result, {
             "shape_class": shape_class(problem), "confirmed": True, "source": "shipped",
@@ -193,9 +194,11 @@ def plot(rows: list[tuple[Result, dict]], lines: list[dict], path: Path, title: 
 def write_grid_report(campaign, name: str, folder: Path, command: str = "",
                       fill: list[tuple[Result, dict]] = ()) -> list[Path]:
     """Write NAME.csv, NAME_decades.csv and NAME.png under `folder`; print the Markdown
-    decade table. `fill`: rows for shapes the campaign lacks (shipped_rows), after its own.
+    decade table. `fill`: rows for shapes the campaign lacks (shipped_rows), after its own;
+    campaign None: the report of `fill` alone.
     Returns the paths written."""
-    rows = [(r, {**e, "command": command}) for r, e in shape_rows(campaign)]
+    rows = ([] if campaign is None else
+            [(r, {**e, "command": command}) for r, e in shape_rows(campaign)])
     have = {(r.m, r.n, r.k) for r, _ in rows}
     rows += [(r, e) for r, e in fill if (r.m, r.n, r.k) not in have]
     if not rows:

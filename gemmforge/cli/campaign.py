@@ -18,7 +18,9 @@ program first, then its `--twins`, then the lists), so the confirmation weighs n
 against the programs users run today. The incumbents are read from the shipped file when a
 run starts: ship the re-run's winners after it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
-(search.grid_report: NAME.csv, NAME_decades.csv, NAME.png).
+(search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
+shapes the store lacks from the shipped file, `--shipped-only` takes every row from there
+(the report of what ships, for a device class the store names).
 """
 from __future__ import annotations
 
@@ -172,17 +174,19 @@ class _StatusRunner:
 def _report(store, problems, settings, args) -> int:
     from gemmforge.search.campaign import Campaign
     from gemmforge.search.grid_report import write_grid_report
-    campaign = Campaign(store, _StatusRunner(store), problems, settings, progress=False)
+    campaign = None if args.shipped_only else Campaign(store, _StatusRunner(store), problems,
+                                                        settings, progress=False)
     command = store.get("command", "gemmforge campaign")
-    fill = _shipped_fill(store, problems) if args.with_shipped else []
+    fill = (_shipped_fill(store, problems, every=args.shipped_only)
+            if args.with_shipped or args.shipped_only else [])
     for path in write_grid_report(campaign, args.report, Path(args.report_dir), command, fill):
         print(f"wrote {path}")
     return 0
 
 
-def _shipped_fill(store, problems) -> list:
-    """The shipped file's rows for the grid shapes outside the campaign (same device class,
-    layout and accumulator)."""
+def _shipped_fill(store, problems, every: bool = False) -> list:
+    """The shipped file's rows for the grid shapes outside the campaign (`every`: for all
+    grid shapes) of the store's device class, layout and accumulator."""
     from gemmforge.cli.common import UsageError
     from gemmforge.search.devices import device_class
     from gemmforge.search.grid_report import shipped_rows
@@ -190,10 +194,10 @@ def _shipped_fill(store, problems) -> list:
     device = store.get("device", "")
     cls = device_class(device)
     if cls is None or not problems:
-        raise UsageError(f"--with-shipped: the store's device {device!r} has no device class")
+        raise UsageError(f"--with-shipped, --shipped-only: the store's device {device!r} has no device class")
     have = set(problems)
     grid = parse_shapes("grid", str(problems[0].layout), str(problems[0].acc))
-    return shipped_rows([p for p in grid if p not in have], cls, device)
+    return shipped_rows([p for p in grid if every or p not in have], cls, device)
 
 
 def add_to(sub) -> None:
@@ -210,6 +214,9 @@ def add_to(sub) -> None:
     c.add_argument("--report-dir", default=".", help="folder for --report (default: here)")
     c.add_argument("--with-shipped", action="store_true",
                    help="--report: grid shapes outside the campaign from the shipped file")
+    c.add_argument("--shipped-only", action="store_true",
+                   help="--report: every grid shape from the shipped file, none from the "
+                        "store (which gives the device class, layout and accumulator)")
     c.add_argument("--shapes", help=f"{SHAPES_HELP} (default: grid)")
     c.add_argument("--layout", help="nn (default) or nt")
     c.add_argument("--acc", help="f32 (default) or f16")
