@@ -192,6 +192,35 @@ def test_cli_campaign_replayed_status_and_report(tmp_path, capsys):
     assert main(["campaign", "--storage", str(db), "--passes", "nope"]) == 2
 
 
+def test_report_of_the_shipped_file_alone(tmp_path, capsys):
+    """--shipped-only: every grid shape's row from the shipped file (its median ratio), none
+    from the store, which names the device class; a store with no class is refused."""
+    import csv
+    from gemmforge.cli import main
+    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.shipped import shipped
+    db = tmp_path / "c.db"
+    assert main(["campaign", "--storage", str(db), "--shapes", "64x64x64", "--replay",
+                 "synthetic", "--search-budget", "0", "--per-backend", "2", "--quiet"]) == 0
+    capsys.readouterr()
+    report = ["campaign", "--storage", str(db), "--report", "g", "--report-dir", str(tmp_path),
+              "--shipped-only"]
+    assert main(report) == 2  # device "replay": no class to read the shipped file for
+    assert "no device class" in capsys.readouterr().err
+    with CampaignStore(db).lock() as store:
+        store.put("device", "NVIDIA H100 80GB HBM3")
+    assert main(report) == 0
+    with (tmp_path / "g.csv").open() as f:
+        table = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in csv.DictReader(f)}
+    grid = parse_shapes("grid")
+    assert len(table) == len(grid) == 1000
+    assert {r["source"] for r in table.values()} == {"shipped"}
+    for p in grid[::97]:
+        row, shipped_row = table[(p.m, p.n, p.k)], shipped().exact("h100", p)
+        assert row["program"] == shipped_row.program_text
+        assert float(row["speedup"]) == pytest.approx(shipped_row.speedup)
+
+
 def test_one_campaign_per_store(tmp_path):
     with CampaignStore(tmp_path / "c.db").lock():
         with pytest.raises(RuntimeError, match="another campaign"):
