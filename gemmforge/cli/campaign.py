@@ -20,7 +20,9 @@ run starts: ship the re-run's winners after it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
 (search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
 shapes the store lacks from the shipped file, `--shipped-only` takes every row from there
-(the report of what ships, for a device class the store names).
+(the report of what ships, for a device class the store names). A run with `--incumbents`
+also writes NAME_families.csv: each challenger's ratio to the incumbent beside it, as a mean
+over the shapes (search.family_means), the check a round's gains should pass before shipping.
 """
 from __future__ import annotations
 
@@ -181,7 +183,28 @@ def _report(store, problems, settings, args) -> int:
             if args.with_shipped or args.shipped_only else [])
     for path in write_grid_report(campaign, args.report, Path(args.report_dir), command, fill):
         print(f"wrote {path}")
+    if campaign is not None and (store.get("options") or {}).get("incumbents"):
+        print(f"wrote {_report_families(campaign, store, args)}")
     return 0
+
+
+def _report_families(campaign, store, args) -> Path:
+    """NAME_families.csv: each challenger against the incumbent (the program each shape's
+    first portfolio plan put first) in the same confirmation groups; printed as well."""
+    import csv
+    from gemmforge.search.family_means import COLUMNS, against_incumbents, markdown
+
+    def incumbent_of(problem):
+        return next(iter(store.planned(problem, "portfolio")), None)
+
+    rows = against_incumbents(campaign, incumbent_of)
+    print(markdown(rows))
+    path = Path(args.report_dir) / f"{args.report}_families.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 def _shipped_fill(store, problems, every: bool = False) -> list:

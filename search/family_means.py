@@ -1,0 +1,61 @@
+"""A round's programs against the incumbents in the same confirmation groups, program by
+program over the shapes: the check to make before shipping a round.
+
+A shape's winner is the best of its confirmation's readings, so a round of new programs
+always "wins" some shapes by the noise of the pick alone (under the power cap a reading moves
+by a few %; benchmarks/NOTES.md, nineteenth and twenty-fourth sessions). What a fresh timing
+keeps is a program's mean advantage over the incumbent beside it, over the shapes where both
+were confirmed. For each challenger, per FLOP decade (2mnk, as the grid report) and over
+all: the shapes, the geometric mean of its selection ratio (search.selection.selection_ratio:
+sustained for the large class, else warm x cold) over the incumbent's in the same round, and
+at how many it was ahead. (The twenty-fourth session's big tiles: 0.995 over all, 1.011 at
+1e12, where a fresh timing then kept them 2.8 % ahead.)
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Callable
+
+from gemmforge.ir.program import Problem
+from gemmforge.search.selection import ok, selection_ratio
+
+COLUMNS = ("program", "decade", "shapes", "vs_incumbent", "ahead")
+
+
+def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) -> list[dict]:
+    """Rows (COLUMNS) per challenger and decade, then its "all", challengers with the most
+    shapes first, from each shape's latest undisturbed confirmation round that holds both it
+    and the shape's incumbent."""
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for problem in campaign.problems:
+        incumbent = incumbent_of(problem)
+        rounds, bad = campaign.confirmations(problem)
+        clean = [n for n in rounds if n not in bad]
+        if incumbent is None or not clean:
+            continue
+        results = {r.program: r for r in rounds[clean[-1]] if ok(r)}
+        if incumbent not in results:
+            continue
+        base = selection_ratio(problem, results[incumbent])
+        decade = f"1e{math.floor(math.log10(problem.flops))}"
+        for program, r in results.items():
+            if program != incumbent:
+                for key in ((program, decade), (program, "all")):
+                    ratios[key].append(selection_ratio(problem, r) / base)
+    rows = [{"program": p, "decade": d, "shapes": len(v),
+             "vs_incumbent": math.exp(statistics.fmean(map(math.log, v))),
+             "ahead": sum(x > 1 for x in v)} for (p, d), v in ratios.items()]
+    shapes = {row["program"]: row["shapes"] for row in rows if row["decade"] == "all"}
+    return sorted(rows, key=lambda row: (-shapes[row["program"]], row["program"],
+                                         row["decade"] == "all", float(row["decade"])
+                                         if row["decade"] != "all" else 0.0))
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| program | 2mnk | shapes | vs incumbent (geomean) | ahead at |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['program']} | {r['decade']} | {r['shapes']} | {r['vs_incumbent']:.3f} "
+              f"| {r['ahead']} |" for r in rows]
+    return "\n".join(lines)
