@@ -13,12 +13,11 @@ at how many it was ahead. (The twenty-fourth session's big tiles: 0.995 over all
 """
 from __future__ import annotations
 
-import math
-import statistics
 from collections import defaultdict
 from typing import Callable
 
 from gemmforge.ir.program import Problem
+from gemmforge.search.grid_report import decade, geomean
 from gemmforge.search.selection import ok, selection_ratio
 
 COLUMNS = ("program", "decade", "shapes", "vs_incumbent", "ahead")
@@ -39,13 +38,12 @@ def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) 
         if incumbent not in results:
             continue
         base = selection_ratio(problem, results[incumbent])
-        decade = f"1e{math.floor(math.log10(problem.flops))}"
         for program, r in results.items():
             if program != incumbent:
-                for key in ((program, decade), (program, "all")):
+                for key in ((program, decade(problem.flops)), (program, "all")):
                     ratios[key].append(selection_ratio(problem, r) / base)
     rows = [{"program": p, "decade": d, "shapes": len(v),
-             "vs_incumbent": math.exp(statistics.fmean(map(math.log, v))),
+             "vs_incumbent": geomean(v),
              "ahead": sum(x > 1 for x in v)} for (p, d), v in ratios.items()]
     shapes = {row["program"]: row["shapes"] for row in rows if row["decade"] == "all"}
     return sorted(rows, key=lambda row: (-shapes[row["program"]], row["program"],

@@ -111,11 +111,16 @@ def geomean(xs) -> float | None:
     return math.exp(statistics.fmean(map(math.log, xs))) if xs else None
 
 
+def decade(flops: float) -> str:
+    """The FLOP decade a shape's 2mnk falls in, as the report names it ("1e11")."""
+    return f"1e{int(math.floor(math.log10(flops)))}"
+
+
 def decade_rows(rows: list[tuple[Result, dict]]) -> list[dict]:
     """Per FLOP decade, then "all": counts, our geomeans, CUDA-L2's over the same shapes."""
     groups: dict[str, list] = defaultdict(list)
     for r, extra in rows:
-        groups[f"1e{int(math.floor(math.log10(r.flops)))}"].append((r, extra))
+        groups[decade(r.flops)].append((r, extra))
     out = []
     for name, group in [*sorted(groups.items(), key=lambda g: int(g[0][2:])), ("all", rows)]:
         results = [r for r, _ in group]

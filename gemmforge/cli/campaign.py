@@ -21,8 +21,9 @@ run starts: ship the re-run's winners after it ends, not between its calls.
 (search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
 shapes the store lacks from the shipped file, `--shipped-only` takes every row from there
 (the report of what ships, for a device class the store names). A run with `--incumbents`
-also writes NAME_families.csv: each challenger's ratio to the incumbent beside it, as a mean
-over the shapes (search.family_means), the check a round's gains should pass before shipping.
+also writes NAME_families.csv: each challenger's ratio to the incumbent beside it, a geomean
+per FLOP decade and over all (search.family_means), the check a round's gains should pass
+before shipping.
 """
 from __future__ import annotations
 
@@ -217,7 +218,8 @@ def _shipped_fill(store, problems, every: bool = False) -> list:
     device = store.get("device", "")
     cls = device_class(device)
     if cls is None or not problems:
-        raise UsageError(f"--with-shipped, --shipped-only: the store's device {device!r} has no device class")
+        raise UsageError(f"--with-shipped, --shipped-only: the store's device {device!r} "
+                         "has no device class")
     have = set(problems)
     grid = parse_shapes("grid", str(problems[0].layout), str(problems[0].acc))
     return shipped_rows([p for p in grid if every or p not in have], cls, device)
