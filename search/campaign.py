@@ -43,7 +43,8 @@ from gemmforge.search.campaign_clock import GUESS_S, OutOfTime, RunClock, hms
 from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
-from gemmforge.search.selection import comparable_speedup, disturbed, ok, selection_ratio
+from gemmforge.search.selection import (comparable_speedup, disturbed, latest_clean, ok,
+                                         selection_ratio)
 
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
@@ -281,11 +282,8 @@ class Campaign:
 
     @staticmethod
     def _winner_of(problem: Problem, rounds: dict, bad: set[int]) -> Result | None:
-        clean = [n for n in rounds if n not in bad]
-        if not clean:
-            return None
-        good = [r for r in rounds[clean[-1]] if ok(r)]
-        return max(good, key=lambda r: selection_ratio(problem, r), default=None)
+        return max(latest_clean(rounds, bad), key=lambda r: selection_ratio(problem, r),
+                   default=None)
 
     def reconfirm(self, reason: str) -> int:
         """Confirm every shape of the run once more, whatever its rounds hold (the timing

@@ -18,7 +18,7 @@ from typing import Callable
 
 from gemmforge.ir.program import Problem
 from gemmforge.search.grid_report import decade, geomean
-from gemmforge.search.selection import ok, selection_ratio
+from gemmforge.search.selection import latest_clean, selection_ratio
 
 COLUMNS = ("program", "decade", "shapes", "vs_incumbent", "ahead")
 
@@ -30,11 +30,7 @@ def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) 
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for problem in campaign.problems:
         incumbent = incumbent_of(problem)
-        rounds, bad = campaign.confirmations(problem)
-        clean = [n for n in rounds if n not in bad]
-        if incumbent is None or not clean:
-            continue
-        results = {r.program: r for r in rounds[clean[-1]] if ok(r)}
+        results = {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
         if incumbent not in results:
             continue
         base = selection_ratio(problem, results[incumbent])

@@ -36,11 +36,12 @@ import zlib
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 from gemmforge.search.selection import selected_by
 from gemmforge.search.portfolio import shape_class
 from gemmforge.search.records import Result
-from gemmforge.search.report import write_csv
+from gemmforge.search.report import decade_exponent, write_csv
 
 CUDA_L2 = Path(__file__).with_name("data") / "cuda_l2_h100.csv"
 L2_COLUMNS = ("offline_vs_cublas", "offline_vs_torch", "server_vs_cublas", "server_vs_torch")
@@ -113,7 +114,7 @@ def geomean(xs) -> float | None:
 
 def decade(flops: float) -> str:
     """The FLOP decade a shape's 2mnk falls in, as the report names it ("1e11")."""
-    return f"1e{int(math.floor(math.log10(flops)))}"
+    return f"1e{decade_exponent(flops)}"
 
 
 def decade_rows(rows: list[tuple[Result, dict]]) -> list[dict]:
@@ -137,10 +138,12 @@ def decade_rows(rows: list[tuple[Result, dict]]) -> list[dict]:
     return out
 
 
-def _write_decades(lines: list[dict], path: Path) -> Path:
+def write_rows(lines: list[dict], path: Path, columns: Sequence[str] = ()) -> Path:
+    """`lines` as a CSV at `path` (floats to 4 decimals; written whole or not at all):
+    `columns`, else the first line's keys."""
     tmp = path.with_suffix(".csv.tmp")
     with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, list(lines[0]))
+        writer = csv.DictWriter(f, list(columns or lines[0]))
         writer.writeheader()
         writer.writerows({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in l.items()}
                          for l in lines)
@@ -170,7 +173,7 @@ def plot(rows: list[tuple[Result, dict]], lines: list[dict], path: Path, title: 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     index = {l["decade"]: i for i, l in enumerate(decades)}
     for r, _ in rows:
-        x = index[f"1e{int(math.floor(math.log10(r.flops)))}"]
+        x = index[decade(r.flops)]
         jitter = zlib.crc32(f"{r.m}x{r.n}x{r.k}".encode()) % 100 / 100 - 0.5
         left.scatter(x + 0.5 * jitter, r.speedup, s=6,
                      color="tab:blue")
@@ -212,7 +215,7 @@ def write_grid_report(campaign, name: str, folder: Path, command: str = "",
     extra = [e for _, e in rows]
     table = write_csv([r for r, _ in rows], name, folder, extra)
     lines = decade_rows(rows)
-    decades = _write_decades(lines, folder / f"{name}_decades.csv")
+    decades = write_rows(lines, folder / f"{name}_decades.csv")
     devices = sorted({r.device for r, _ in rows})
     png = plot(rows, lines, folder / f"{name}.png",
                f"{len(rows)} grid shapes ({sum(l['confirmed'] for l in lines[-1:])} confirmed)"

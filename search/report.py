@@ -115,7 +115,8 @@ def best_per_shape(results: Iterable[Result]) -> list[Result]:
     return sorted(best.values(), key=lambda r: (r.flops, r.m, r.n, r.k))
 
 
-def _decade(flops: int) -> int:
+def decade_exponent(flops: int) -> int:
+    """The power of ten below a shape's FLOP count (2mnk)."""
     return int(math.floor(math.log10(flops)))
 
 
@@ -130,7 +131,7 @@ def plot_speedup(results: Sequence[Result], path: Path | str, title: str = "") -
     best = best_per_shape(results)
     groups: dict[int, list[Result]] = defaultdict(list)
     for r in best:
-        groups[_decade(r.flops)].append(r)
+        groups[decade_exponent(r.flops)].append(r)
     decades = sorted(groups)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(decades) + 2), 4.5))
     for x, d in enumerate(decades):

@@ -34,6 +34,13 @@ def selection_ratio(problem: Problem, r: Result) -> float:
     return r.speedup
 
 
+def latest_clean(rounds: dict[int, list[Result]], bad: set[int]) -> list[Result]:
+    """The ok results of the latest confirmation round not measured on a disturbed GPU
+    (`bad`, from disturbed()); [] when there is none."""
+    clean = [n for n in rounds if n not in bad]
+    return [r for r in rounds[clean[-1]] if ok(r)] if clean else []
+
+
 def selected_by(problem: Problem, r: Result) -> str:
     """Which figures selection_ratio used for `r`: sustained, kernel+cold or kernel."""
     if shape_class(problem) == "large" and r.sustained_speedup is not None:

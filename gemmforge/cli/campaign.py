@@ -192,20 +192,15 @@ def _report(store, problems, settings, args) -> int:
 def _report_families(campaign, store, args) -> Path:
     """NAME_families.csv: each challenger against the incumbent (the program each shape's
     first portfolio plan put first) in the same confirmation groups; printed as well."""
-    import csv
     from gemmforge.search.family_means import COLUMNS, against_incumbents, markdown
+    from gemmforge.search.grid_report import write_rows
 
     def incumbent_of(problem):
         return next(iter(store.planned(problem, "portfolio")), None)
 
     rows = against_incumbents(campaign, incumbent_of)
     print(markdown(rows))
-    path = Path(args.report_dir) / f"{args.report}_families.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    return write_rows(rows, Path(args.report_dir) / f"{args.report}_families.csv", COLUMNS)
 
 
 def _shipped_fill(store, problems, every: bool = False) -> list:
