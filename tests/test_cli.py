@@ -72,10 +72,22 @@ def test_schema_prints_the_checked_in_schema(capsys):
     (["bench", "--shapes", "64x64x64"], "bench: give at least one --program, --backends or --chosen"),
     (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "--shapes: '64x64' is not of the form"),
     (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "--program: no such file"),
+    (["bench", "--shapes", "64x64x64", "--backends", "cuda_mma", "--sustained-seconds", "0"],
+     "--sustained-seconds: 0.0 must be > 0"),
+    (["bench", "--shapes", "64x64x64", "--backends", "cuda_mma", "--sustained-seconds", "nan"],
+     "--sustained-seconds: nan must be > 0"),
 ])
 def test_bench_bad_input(capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err
+
+
+def test_bench_sustained_seconds_reach_the_settings():
+    import argparse
+    from gemmforge.cli import bench
+    args = argparse.Namespace(protocols="kernel,sustained", rounds=3, sustained_seconds=0.25)
+    settings = bench._settings(args)
+    assert settings.sustained_s == 0.25 and settings.protocols == ("kernel", "sustained")
 
 
 def test_bench_candidates_are_legal_for_each_shape():

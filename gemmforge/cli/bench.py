@@ -66,9 +66,12 @@ def _chosen(problems, arch, runner) -> dict:
 def _settings(args):
     from gemmforge.search.records import BenchSettings
     arguments.at_least("--rounds", args.rounds)
+    if not args.sustained_seconds > 0:  # also NaN
+        raise UsageError(f"--sustained-seconds: {args.sustained_seconds} must be > 0")
     try:
         return BenchSettings(protocols=tuple(x.strip() for x in args.protocols.split(",")
-                                             if x.strip()), rounds=args.rounds)
+                                             if x.strip()), rounds=args.rounds,
+                             sustained_s=args.sustained_seconds)
     except ValueError as e:
         raise UsageError(f"--protocols: {e}") from None
 
@@ -134,6 +137,9 @@ def add_to(sub) -> None:
     b.add_argument("--acc", default="f32")
     b.add_argument("--protocols", default="kernel,call", help="kernel,cold,call,server")
     b.add_argument("--rounds", type=int, default=5)
+    b.add_argument("--sustained-seconds", type=float, default=1.0,
+                   help="seconds per turn of the sustained protocol (1.0; the campaign's "
+                        "large-class rounds have used 0.25)")
     b.add_argument("--device", type=int, default=0, help="CUDA device index")
     b.add_argument("--name", default="bench", help="result name: <name>.csv and <name>.png")
     b.add_argument("--report-dir", help="folder for the report (default: the current directory)")
