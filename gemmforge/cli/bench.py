@@ -135,7 +135,8 @@ def add_to(sub) -> None:
     b.add_argument("--arch", default="sm_90a", help="arch for --backends and --chosen programs")
     b.add_argument("--layout", default="nn")
     b.add_argument("--acc", default="f32")
-    b.add_argument("--protocols", default="kernel,call", help="kernel,cold,call,server")
+    b.add_argument("--protocols", default="kernel,call",
+                   help="comma list of kernel, cold, call, server, sustained (kernel,call)")
     b.add_argument("--rounds", type=int, default=5)
     b.add_argument("--sustained-seconds", type=float, default=1.0,
                    help="seconds per turn of the sustained protocol (1.0; the campaign's "
