@@ -50,6 +50,13 @@ CUDA_WGMMA = [
     # 256-deep k-tiles: unswapped, and the shipped 16-token decode program
     "cuda_wgmma sm_90a 64x128x256 w1x1 s2 sw128 row/8 pred k1 dp c1x1 nows direct",
     "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct swap pdl",
+    # the large class's biggest shipped tiles (twenty-fourth and twenty-fifth sessions): 192 on
+    # one side, in 2-CTA multicast clusters and with stream-K; reached off the grid too (a
+    # shape takes its nearest tuned shape's program), so ragged edges must come out right
+    "cuda_wgmma sm_90a 256x192x64 w2x1 s3 sw128 row/8 pred k1 persistent c2x1 coop tma",
+    "cuda_wgmma sm_90a 192x256x64 w1x2 s3 sw128 row/8 pred k1 persistent c2x1 coop tma",
+    "cuda_wgmma sm_90a 256x192x64 w2x1 s3 sw128 row/8 pred k1 streamk c1x1 coop tma",
+    "cuda_wgmma sm_90a 192x256x64 w1x2 s3 sw128 row/8 pred k1 streamk c1x1 coop tma",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",

@@ -8,7 +8,8 @@ TMA multicast (2x1, and 2x2 over ragged edges; layout nn where a warpgroup owns 
 columns), ping-pong consumers (with split-K units of
 unequal length, and in a cluster), the tma epilogue (C through shared memory and TMA stores;
 C that TMA can't write falls back to direct stores; one C box per consumer beside five
-stages), 192-row tiles, and stream-K (the tiles past the last whole wave split into a
+stages), 192-row tiles, the large class's 256x192 and 192x256 tiles (multicast, stream-K),
+and stream-K (the tiles past the last whole wave split into a
 head for their owner and a tail in 1-3 parts for the spare CTAs: fewer tiles than CTAs,
 more, several parts per spare; shapes where the launcher shares nothing take the
 persistent path).
@@ -36,10 +37,14 @@ KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
 # spare CTA), ragged: 128x128
 # tiles: 192 tiles (60 split, each tail in one part), 176 (44 split, tails in 2 parts) and
 # 165 (33, in 3 parts); 128x256: fewer tiles than CTAs; 64x128: 352 and 330 tiles.
+# The cooperative 256x192 and 192x256 stream-K tiles: 64 and 66 tiles (fewer than CTAs, each
+# tail in one part), then 231 and 224 (99 and 92 split, three tails per spare CTA).
+BIG_STREAMK = [t for t in PROGRAMS if " streamk " in t and t.split()[2] in ("256x192x64", "192x256x64")]
 STREAMK_CASES = [(PROGRAMS[16], (2000, 1496, 3000)), (PROGRAMS[16], (1000, 2800, 2000)),
                  (PROGRAMS[16], (1900, 1400, 2048)), (PROGRAMS[17], (2000, 1496, 3000)),
                  (PROGRAMS[17], (1000, 2800, 2000)), (PROGRAMS[18], (1000, 2800, 2000)),
-                 (PROGRAMS[18], (1900, 1400, 2048))]
+                 (PROGRAMS[18], (1900, 1400, 2048)),
+                 *((t, s) for t in BIG_STREAMK for s in ((2000, 1496, 3000), (2600, 4000, 4096)))]
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +68,7 @@ def kernels(request):
 
 @pytest.mark.parametrize("layout, acc", KINDS)
 @pytest.mark.parametrize("text, shape", STREAMK_CASES,
-                         ids=[f"{t.split()[2]}-{'x'.join(map(str, s))}" for t, s in STREAMK_CASES])
+                         ids=[f"{t.split()[2]}-{t.split()[3]}-{'x'.join(map(str, s))}" for t, s in STREAMK_CASES])
 def test_stream_k_heads_and_tails_add_up(kernels, text, shape, layout, acc):
     """Shapes the launcher does split (its workspace holds tail slots), every element right."""
     kernel = kernels[(text, layout, acc)]
