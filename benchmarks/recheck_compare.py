@@ -1,0 +1,78 @@
+"""Two fresh re-timings of the shipped large winners (campaign reports, one row a shape), side
+by side: each call's class figure, the call's offset read on the programs both timed, how
+far the programs that changed in between moved beyond that offset, and the class figure
+of the newer call's programs over both calls (per shape, the geomean of its two readings
+where the program is the same, else the newer reading).
+
+    python3 benchmarks/recheck_compare.py OLD.csv NEW.csv [--column sustained_speedup]
+
+Why (benchmarks/NOTES.md, twenty-fourth and twenty-fifth sessions): one call moves the
+whole class by up to 0.6 % on programs that did not change, more than the margin the
+issue's target leaves, so a class figure should come from two calls, and a change from
+the programs that changed against those that did not.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def read(path: Path, column: str) -> dict[tuple[int, int, int], tuple[str, float]]:
+    """(m, n, k) -> (program, the column's ratio) for the ok rows of a report CSV."""
+    out = {}
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r.get("status", "ok") != "ok" or not r.get(column):
+                continue
+            out[(int(r["m"]), int(r["n"]), int(r["k"]))] = (r["program"], float(r[column]))
+    if not out:
+        raise SystemExit(f"{path}: no ok rows with a {column} figure")
+    return out
+
+
+def compare(old: dict, new: dict) -> dict[str, float | int]:
+    """The figures the module doc names; shapes in only one call count for that call alone."""
+    both = old.keys() & new.keys()
+    same = [s for s in both if old[s][0] == new[s][0]]
+    changed = [s for s in both if old[s][0] != new[s][0]]
+    offset = geomean(new[s][1] / old[s][1] for s in same) if same else float("nan")
+    moved = geomean(new[s][1] / old[s][1] for s in changed) if changed else float("nan")
+    return {
+        "old": geomean(v for _, v in old.values()), "new": geomean(v for _, v in new.values()),
+        "shapes_both": len(both), "unchanged": len(same), "changed": len(changed),
+        "offset": offset, "changed_moved": moved, "beyond_offset": moved / offset,
+        "two_calls": geomean(math.sqrt(old[s][1] * v) if s in old and old[s][0] == p else v
+                             for s, (p, v) in new.items()),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path)
+    ap.add_argument("--column", default="sustained_speedup",
+                    help="the ratio to compare (sustained_speedup; speedup, cold_speedup, ...)")
+    args = ap.parse_args(argv)
+    for path in (args.old, args.new):
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file")
+    c = compare(read(args.old, args.column), read(args.new, args.column))
+    print(f"{args.column}: {args.old.name} {c['old']:.4f}, {args.new.name} {c['new']:.4f}")
+    print(f"  {c['unchanged']} programs in both calls: {c['offset']:.4f} (the call's offset)")
+    print(f"  {c['changed']} changed in between: {c['changed_moved']:.4f}, "
+          f"{c['beyond_offset']:.4f} beyond the offset")
+    print(f"  the newer call's programs over both calls: {c['two_calls']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

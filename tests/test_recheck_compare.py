@@ -1,0 +1,47 @@
+"""benchmarks/recheck_compare.py: two fresh re-timings of the large winners side by side."""
+import csv
+import math
+
+import pytest
+
+from benchmark_scripts import load
+
+recheck = load("recheck_compare")
+
+FIELDS = ("m", "n", "k", "program", "status", "sustained_speedup")
+
+
+def write(path, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for (m, n, k), program, ratio in rows:
+            w.writerow({"m": m, "n": n, "k": k, "program": program, "status": "ok",
+                        "sustained_speedup": ratio})
+    return path
+
+
+def test_offset_from_unchanged_programs_and_movement_beyond_it(tmp_path):
+    old = write(tmp_path / "old.csv", [((1, 1, 1), "A", 1.02), ((2, 2, 2), "B", 1.00),
+                                       ((3, 3, 3), "C", 0.98)])
+    new = write(tmp_path / "new.csv", [((1, 1, 1), "A", 1.01), ((2, 2, 2), "B", 0.99),
+                                       ((3, 3, 3), "D", 1.01)])
+    c = recheck.compare(recheck.read(old, "sustained_speedup"), recheck.read(new, "sustained_speedup"))
+    offset = math.sqrt(1.01 / 1.02 * 0.99 / 1.00)
+    assert (c["unchanged"], c["changed"]) == (2, 1)
+    assert c["offset"] == pytest.approx(offset)
+    assert c["beyond_offset"] == pytest.approx(1.01 / 0.98 / offset)
+    both = (math.sqrt(1.02 * 1.01) * math.sqrt(1.00 * 0.99) * 1.01) ** (1 / 3)
+    assert c["two_calls"] == pytest.approx(both)
+
+
+def test_main_prints_the_figures_and_rejects_missing_files(tmp_path, capsys):
+    a = write(tmp_path / "a.csv", [((1, 1, 1), "A", 1.0)])
+    b = write(tmp_path / "b.csv", [((1, 1, 1), "A", 1.1)])
+    assert recheck.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "1 programs in both calls: 1.1000" in out
+    with pytest.raises(SystemExit, match="no such file"):
+        recheck.main([str(a), str(tmp_path / "missing.csv")])
+    with pytest.raises(SystemExit, match="no ok rows"):
+        recheck.main([str(a), str(b), "--column", "speedup"])
