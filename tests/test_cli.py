@@ -73,9 +73,11 @@ def test_schema_prints_the_checked_in_schema(capsys):
     (["bench", "--shapes", "64x64", "--backends", "cuda_mma"], "--shapes: '64x64' is not of the form"),
     (["bench", "--shapes", "64x64x64", "--program", "@/no/such"], "--program: no such file"),
     (["bench", "--shapes", "64x64x64", "--backends", "cuda_mma", "--sustained-seconds", "0"],
-     "--sustained-seconds: 0.0 must be > 0"),
+     "--sustained-seconds: 0.0 must be a number > 0"),
     (["bench", "--shapes", "64x64x64", "--backends", "cuda_mma", "--sustained-seconds", "nan"],
-     "--sustained-seconds: nan must be > 0"),
+     "--sustained-seconds: nan must be a number > 0"),
+    (["bench", "--shapes", "64x64x64", "--backends", "cuda_mma", "--sustained-seconds", "inf"],
+     "--sustained-seconds: inf must be a number > 0"),
 ])
 def test_bench_bad_input(capsys, argv, message):
     code, _, err = run(capsys, *argv)

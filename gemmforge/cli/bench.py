@@ -15,6 +15,7 @@ its source. Every candidate passes the correctness gate before its time counts; 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from gemmforge import arguments
@@ -66,8 +67,8 @@ def _chosen(problems, arch, runner) -> dict:
 def _settings(args):
     from gemmforge.search.records import BenchSettings
     arguments.at_least("--rounds", args.rounds)
-    if not args.sustained_seconds > 0:  # also NaN
-        raise UsageError(f"--sustained-seconds: {args.sustained_seconds} must be > 0")
+    if not (math.isfinite(args.sustained_seconds) and args.sustained_seconds > 0):
+        raise UsageError(f"--sustained-seconds: {args.sustained_seconds} must be a number > 0")
     try:
         return BenchSettings(protocols=tuple(x.strip() for x in args.protocols.split(",")
                                              if x.strip()), rounds=args.rounds,
