@@ -19,10 +19,13 @@ import math
 import sys
 from pathlib import Path
 
+from gemmforge.search.grid_report import geomean as _geomean
+
 
 def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+    """The report's geomean; nan (not None) over nothing, for the ratios below."""
+    g = _geomean(values)
+    return float("nan") if g is None else g
 
 
 def read(path: Path, column: str) -> dict[tuple[int, int, int], tuple[str, float]]:
@@ -43,8 +46,8 @@ def compare(old: dict, new: dict) -> dict[str, float | int]:
     both = old.keys() & new.keys()
     same = [s for s in both if old[s][0] == new[s][0]]
     changed = [s for s in both if old[s][0] != new[s][0]]
-    offset = geomean(new[s][1] / old[s][1] for s in same) if same else float("nan")
-    moved = geomean(new[s][1] / old[s][1] for s in changed) if changed else float("nan")
+    offset = geomean(new[s][1] / old[s][1] for s in same)
+    moved = geomean(new[s][1] / old[s][1] for s in changed)
     return {
         "old": geomean(v for _, v in old.values()), "new": geomean(v for _, v in new.values()),
         "shapes_both": len(both), "unchanged": len(same), "changed": len(changed),

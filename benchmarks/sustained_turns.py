@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import statistics
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from gemmforge.search.grid_report import geomean
 
 FIELDS = ("m", "n", "k", "program", "turn_s", "runs", "sustained_ratio", "kernel_ratio")
 
@@ -54,10 +55,10 @@ def summarize(readings: list[tuple[float, dict]]) -> list[dict]:
 
 def by_program(rows: list[dict]) -> dict[tuple[str, float], float]:
     """(program, turn length) -> geomean sustained ratio over its shapes."""
-    logs = defaultdict(list)
+    ratios = defaultdict(list)
     for r in rows:
-        logs[(r["program"], r["turn_s"])].append(math.log(r["sustained_ratio"]))
-    return {key: math.exp(statistics.fmean(v)) for key, v in logs.items()}
+        ratios[(r["program"], r["turn_s"])].append(r["sustained_ratio"])
+    return {key: geomean(v) for key, v in ratios.items()}
 
 
 def main(argv=None) -> int:
