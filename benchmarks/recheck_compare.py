@@ -14,12 +14,14 @@ the programs that changed against those that did not.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
 
 from gemmforge.search.grid_report import geomean as _geomean
+from gemmforge.search.report import read_csv
+
+COLUMNS = ("sustained_speedup", "speedup", "cold_speedup", "call_speedup")
 
 
 def geomean(values) -> float:
@@ -29,13 +31,13 @@ def geomean(values) -> float:
 
 
 def read(path: Path, column: str) -> dict[tuple[int, int, int], tuple[str, float]]:
-    """(m, n, k) -> (program, the column's ratio) for the ok rows of a report CSV."""
+    """(m, n, k) -> (program, its ratio `column`, a Result property) for the ok rows of a
+    report CSV."""
     out = {}
-    with path.open() as f:
-        for r in csv.DictReader(f):
-            if r.get("status", "ok") != "ok" or not r.get(column):
-                continue
-            out[(int(r["m"]), int(r["n"]), int(r["k"]))] = (r["program"], float(r[column]))
+    for r in read_csv(path):
+        ratio = getattr(r, column)
+        if r.ok and ratio is not None:
+            out[(r.m, r.n, r.k)] = (r.program, ratio)
     if not out:
         raise SystemExit(f"{path}: no ok rows with a {column} figure")
     return out
@@ -62,8 +64,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
-    ap.add_argument("--column", default="sustained_speedup",
-                    help="the ratio to compare (sustained_speedup; speedup, cold_speedup, ...)")
+    ap.add_argument("--column", default="sustained_speedup", choices=COLUMNS,
+                    help="the ratio to compare (sustained_speedup)")
     args = ap.parse_args(argv)
     for path in (args.old, args.new):
         if not path.is_file():

@@ -24,6 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from gemmforge.search.grid_report import geomean
+from gemmforge.search.records import Result
+from gemmforge.search.report import read_csv
 
 FIELDS = ("m", "n", "k", "program", "turn_s", "runs", "sustained_ratio", "kernel_ratio")
 
@@ -39,15 +41,14 @@ def turn_lengths(text: str) -> list[float]:
     return turns
 
 
-def summarize(readings: list[tuple[float, dict]]) -> list[dict]:
-    """(turn length, a bench CSV row) pairs -> one row per shape, program and turn: the mean
+def summarize(readings: list[tuple[float, Result]]) -> list[dict]:
+    """(turn length, a bench Result) pairs -> one row per shape, program and turn: the mean
     sustained and kernel ratios (cuBLAS / ours) over the runs that measured it."""
     groups = defaultdict(list)
     for turn, r in readings:
-        if r.get("status") != "ok" or not r.get("sustained_us"):
+        if not r.ok or r.sustained_speedup is None:
             continue
-        groups[(int(r["m"]), int(r["n"]), int(r["k"]), r["program"], turn)].append(
-            (float(r["cublas_sustained_us"]) / float(r["sustained_us"]), float(r["speedup"])))
+        groups[(r.m, r.n, r.k, r.program, turn)].append((r.sustained_speedup, r.speedup))
     return [dict(zip(FIELDS, (*key, len(v), statistics.fmean(s for s, _ in v),
                               statistics.fmean(k for _, k in v))))
             for key, v in sorted(groups.items())]
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
                 print(f"{run}: gemmforge bench failed; its CSV, if any, still counts", file=sys.stderr)
             path = out / f"{run}.csv"
             if path.exists():
-                readings += [(turn, r) for r in csv.DictReader(path.open())]
+                readings += [(turn, r) for r in read_csv(path)]
     rows = summarize(readings)
     with (out / f"{args.name}.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)

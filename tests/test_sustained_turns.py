@@ -10,13 +10,25 @@ turns = load("sustained_turns")
 
 HOT = "cuda_wgmma sm_90a 192x128x64 w1x1 s5 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
 COOL = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop tma"
-BENCH_FIELDS = ("m", "n", "k", "program", "status", "speedup", "sustained_us", "cublas_sustained_us")
+BENCH_FIELDS = ("m", "n", "k", "layout", "acc", "device", "program", "status", "kind",
+                "kernel_us", "cublas_us", "sustained_us", "cublas_sustained_us")
 
 
 def bench_row(program, ours_us, cublas_us, status="ok", shape=(8192, 8192, 12288)):
     m, n, k = shape
-    return {"m": str(m), "n": str(n), "k": str(k), "program": program, "status": status,
-            "speedup": "1.0", "sustained_us": str(ours_us), "cublas_sustained_us": str(cublas_us)}
+    return {"m": str(m), "n": str(n), "k": str(k), "layout": "nn", "acc": "f32", "device": "gpu",
+            "program": program, "status": status, "kind": "" if status == "ok" else "runtime",
+            "kernel_us": "100", "cublas_us": "100", "sustained_us": str(ours_us),
+            "cublas_sustained_us": str(cublas_us)}
+
+
+def write_bench(path, rows):
+    """A bench CSV of `rows` (as gemmforge bench writes them); returns its path."""
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=BENCH_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    return path
 
 
 def test_turn_lengths_parse_and_reject_bad_lists():
@@ -26,10 +38,13 @@ def test_turn_lengths_parse_and_reject_bad_lists():
             turns.turn_lengths(bad)
 
 
-def test_summarize_means_each_turn_over_its_runs_and_skips_failures():
-    readings = [(0.25, bench_row(HOT, 100, 95)), (0.25, bench_row(HOT, 100, 97)),
-                (1.0, bench_row(HOT, 100, 103)), (1.0, bench_row(HOT, 100, 50, status="fail")),
-                (1.0, bench_row(COOL, 100, 101))]
+def test_summarize_means_each_turn_over_its_runs_and_skips_failures(tmp_path):
+    short = turns.read_csv(write_bench(tmp_path / "short.csv", [bench_row(HOT, 100, 95),
+                                                                 bench_row(HOT, 100, 97)]))
+    long = turns.read_csv(write_bench(tmp_path / "long.csv", [
+        bench_row(HOT, 100, 103), bench_row(HOT, 100, 50, status="failed"),
+        bench_row(COOL, 100, 101)]))
+    readings = [(0.25, r) for r in short] + [(1.0, r) for r in long]
     rows = turns.summarize(readings)
     got = {(r["program"], r["turn_s"]): (r["runs"], r["sustained_ratio"]) for r in rows}
     assert got == {(HOT, 0.25): (2, pytest.approx(0.96)), (HOT, 1.0): (1, pytest.approx(1.03)),
@@ -46,10 +61,7 @@ def test_main_alternates_the_lengths_and_writes_the_summary(tmp_path, monkeypatc
         turn = float(cmd[cmd.index("--sustained-seconds") + 1])
         name = cmd[cmd.index("--name") + 1]
         calls.append((turn, "--chosen" in cmd, cmd.count("--program")))
-        with (tmp_path / f"{name}.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=BENCH_FIELDS)
-            w.writeheader()
-            w.writerow(bench_row(HOT, 100, 90 if turn < 1 else 103))
+        write_bench(tmp_path / f"{name}.csv", [bench_row(HOT, 100, 90 if turn < 1 else 103)])
 
         class Done:
             returncode = 0
