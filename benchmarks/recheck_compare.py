@@ -72,9 +72,15 @@ def main(argv=None) -> int:
             raise SystemExit(f"{path}: no such file")
     c = compare(read(args.old, args.column), read(args.new, args.column))
     print(f"{args.column}: {args.old.name} {c['old']:.4f}, {args.new.name} {c['new']:.4f}")
-    print(f"  {c['unchanged']} programs in both calls: {c['offset']:.4f} (the call's offset)")
-    print(f"  {c['changed']} changed in between: {c['changed_moved']:.4f}, "
-          f"{c['beyond_offset']:.4f} beyond the offset")
+    if c["unchanged"]:
+        print(f"  {c['unchanged']} programs in both calls: {c['offset']:.4f} (the call's offset)")
+    else:
+        print("  no program in both calls: no offset to read")
+    if c["changed"]:
+        beyond = f", {c['beyond_offset']:.4f} beyond the offset" if c["unchanged"] else ""
+        print(f"  {c['changed']} changed in between: {c['changed_moved']:.4f}{beyond}")
+    else:
+        print("  none changed in between")
     print(f"  the newer call's programs over both calls: {c['two_calls']:.4f}")
     return 0
 

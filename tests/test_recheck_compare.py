@@ -44,6 +44,12 @@ def test_main_prints_the_figures_and_rejects_missing_files(tmp_path, capsys):
     assert recheck.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "1 programs in both calls: 1.1000" in out
+    assert "none changed in between" in out and "nan" not in out
+    c = write(tmp_path / "c.csv", [((1, 1, 1), "B", 1.0)])
+    assert recheck.main([str(a), str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "no program in both calls" in out and "1 changed in between: 1.0000\n" in out
+    assert "nan" not in out
     with pytest.raises(SystemExit, match="no such file"):
         recheck.main([str(a), str(tmp_path / "missing.csv")])
     with pytest.raises(SystemExit, match="no ok rows"):
