@@ -2,16 +2,18 @@
 same shapes, timed beside cuBLAS with turns of several lengths, in alternation (A B A B: the
 GPU's heat and the call's offset fall alike on every length), each run one `gemmforge bench`.
 
-    python3 benchmarks/sustained_turns.py --shapes 16384x4096x12288,8192x8192x12288 --chosen \\
+    python3 benchmarks/sustained_turns.py --shapes 16384x4096x12288,8192x8192x12288,16384x12288x4096 \\
+        --chosen \\
         --program "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop tma" \\
         --turns 0.25,1 --repeats 2 --name sustained_turns_h100 --report-dir $OUT
 
-Why (benchmarks/NOTES.md, twenty-fifth session): the large class's campaign times 0.25 s turns;
-at four shapes its 192x128 c1x1 winners read 0.92-0.99x cuBLAS in two such fresh calls and
-1.03x in `gemmforge bench`'s 1 s turns. Prints, per shape and program, the sustained ratio
-(cuBLAS / ours, the mean over repeats) at each turn length, then each program family's
-geomean; writes <name>.csv (one row per shape, program and turn length) and keeps every
-bench run's own CSV beside it.
+Why (benchmarks/NOTES.md, twenty-fifth and twenty-sixth sessions): the large class's rounds
+timed 0.25 s turns, and at four shapes its 192x128 c1x1 winners read 0.92-0.99x cuBLAS in two
+such fresh calls and 1.03x in `gemmforge bench`'s 1 s turns. The command above (three shapes,
+twenty-sixth session) found no consistent effect of the turn: single readings moved by up to
+5 % either way. Prints, per shape and program, the sustained ratio (cuBLAS / ours, the mean
+over repeats) at each turn length, then each program's geomean; writes <name>.csv (one row
+per shape, program and turn length) and keeps every bench run's own CSV beside it.
 """
 from __future__ import annotations
 
