@@ -23,7 +23,7 @@ shapes the store lacks from the shipped file, `--shipped-only` takes every row f
 (the report of what ships, for a device class the store names). A run with `--incumbents`
 also writes NAME_families.csv: each challenger's ratio to the incumbent beside it, a geomean
 per FLOP decade and over all (search.family_means), the check a round's gains should pass
-before shipping.
+before shipping (none for a re-timing, which confirms the incumbents alone).
 """
 from __future__ import annotations
 
@@ -185,13 +185,14 @@ def _report(store, problems, settings, args) -> int:
     for path in write_grid_report(campaign, args.report, Path(args.report_dir), command, fill):
         print(f"wrote {path}")
     if campaign is not None and (store.get("options") or {}).get("incumbents"):
-        print(f"wrote {_report_families(campaign, store, args)}")
+        _report_families(campaign, store, args)
     return 0
 
 
-def _report_families(campaign, store, args) -> Path:
+def _report_families(campaign, store, args) -> None:
     """NAME_families.csv: each challenger against the incumbent (the program each shape's
-    first portfolio plan put first) in the same confirmation groups; printed as well."""
+    first portfolio plan put first) in the same confirmation groups; printed as well. A run
+    that timed the incumbents alone (a re-timing) has no challengers and writes no table."""
     from gemmforge.search.family_means import COLUMNS, against_incumbents, markdown
     from gemmforge.search.grid_report import write_rows
 
@@ -199,8 +200,12 @@ def _report_families(campaign, store, args) -> Path:
         return next(iter(store.planned(problem, "portfolio")), None)
 
     rows = against_incumbents(campaign, incumbent_of)
+    if not rows:
+        print("no challenger was confirmed beside an incumbent: no families table")
+        return
     print(markdown(rows))
-    return write_rows(rows, Path(args.report_dir) / f"{args.report}_families.csv", COLUMNS)
+    path = Path(args.report_dir) / f"{args.report}_families.csv"
+    print(f"wrote {write_rows(rows, path, COLUMNS)}")
 
 
 def _shipped_fill(store, problems, every: bool = False) -> list:
