@@ -12,8 +12,9 @@ given for its class (or for "all") that pass ir.verify there, in list order, up 
 `per_shape` in all. Lists are program files, one text per line, '#' comments.
 
 A re-run over shapes that already have a winner (after a new kernel feature lands) starts
-from `incumbents`, {problem: program text} (e.g. the shipped file's), which come first,
-each followed by its `twins`: the same program with one boolean opt-in field set (e.g.
+from `incumbents`, {problem: program text, or several texts} (e.g. the shipped file's, or
+the shipped winners of each sibling device class), which come first, each followed by its
+`twins`: the same program with one boolean opt-in field set (e.g.
 "pdl"), where ir.verify accepts it at that shape, or ("raster") with the rasters whose waves
 read the fewest operand bytes at that shape (search.wave_footprint; the grid's SM count,
 RASTER_SMS).
@@ -61,13 +62,14 @@ def read_programs(path: Path | str) -> list[str]:
 class Portfolio:
     """backends: whose heuristic proposals enter; per_backend: proposals per backend and
     shape; lists: (class or "all", program file) pairs; per_shape: the cap per shape;
-    incumbents: {problem: program text} timed first; twins: TWIN_FIELDS set on each."""
+    incumbents: {problem: program text or tuple of texts} timed first; twins: TWIN_KINDS
+    made of each."""
 
     backends: tuple[str, ...] = ("cuda_wgmma", "triton")
     per_backend: int = 8
     lists: tuple[tuple[str, str], ...] = ()
     per_shape: int = 40
-    incumbents: Mapping[Problem, str] = field(default_factory=dict)
+    incumbents: Mapping[Problem, str | tuple[str, ...]] = field(default_factory=dict)
     twins: tuple[str, ...] = ()
     _programs: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -110,22 +112,22 @@ class Portfolio:
         return out[:self.per_shape]
 
     def seeded(self, problem: Problem, archs: Sequence[Arch]) -> list[str]:
-        """The shape's incumbent and its twins, those legal there and runnable on `archs`."""
+        """The shape's incumbents, each followed by its twins, those legal there and runnable
+        on `archs`, once each."""
         from gemmforge.ir.text import parse
         from gemmforge.ir.verify import check
-        text = self.incumbents.get(problem)
-        if text is None:
-            return []
         from gemmforge.search.wave_footprint import raster_twins
-        incumbent = parse(text)
-        out = []
-        twins = [replace(incumbent, **{name: True}) for name in self.twins if name != "raster"]
-        if "raster" in self.twins:
-            twins += raster_twins(incumbent, problem, RASTER_SMS)
-        for program in (incumbent, *twins):
-            if (program.arch in archs and check(program, problem) is None
-                    and str(program) not in out):
-                out.append(str(program))
+        out: list[str] = []
+        for text in incumbent_texts(self.incumbents.get(problem)):
+            incumbent = parse(text)
+            twins = [replace(incumbent, **{name: True})
+                     for name in self.twins if name != "raster"]
+            if "raster" in self.twins:
+                twins += raster_twins(incumbent, problem, RASTER_SMS)
+            for program in (incumbent, *twins):
+                if (program.arch in archs and check(program, problem) is None
+                        and str(program) not in out):
+                    out.append(str(program))
         return out
 
     def plan(self, problems: Sequence[Problem], archs: Sequence[Arch]) -> list[list[str]]:
@@ -147,8 +149,16 @@ class Portfolio:
         (a changed list plans its new programs at every shape again)."""
         parts = [self.backends, self.per_backend, self.per_shape,
                  [(c, Path(p).read_text()) for c, p in self.lists],
-                 sorted((str(p), t) for p, t in self.incumbents.items()), list(self.twins)]
+                 sorted((str(p), t if isinstance(t, str) else list(t))
+                        for p, t in self.incumbents.items()), list(self.twins)]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def incumbent_texts(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A Portfolio.incumbents value as a tuple of program texts (none, one or several)."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _programs_for(portfolio: Portfolio, archs, problem: Problem) -> list[str]:

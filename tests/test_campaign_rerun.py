@@ -106,3 +106,54 @@ def test_an_h200_rerun_starts_from_its_own_rows_then_the_h100s():
             assert got[row.problem] == row.program_text
     small = Problem(64, 64, 1024)
     assert shipped().exact("h200", small) is None and got[small] == h100[small]
+
+
+def test_shipped_plus_siblings_puts_the_own_class_first_then_the_siblings():
+    from gemmforge.cli.campaign import incumbents_from
+    both = incumbents_from({"incumbents": "shipped+siblings"}, "NVIDIA H200")
+    rows = shipped().rows
+    h200 = {r.problem: r.program_text for r in rows if r.device_class == "h200"}
+    h100 = {r.problem: r.program_text for r in rows
+            if r.device_class == "h100" and r.problem.layout == next(iter(h200)).layout}
+    assert h200, "the shipped file has H200 rows to weigh"
+    for problem, own in h200.items():
+        texts = both[problem]
+        assert texts[0] == own and h100[problem] in texts
+        assert len(texts) == len(set(texts)) == (1 if own == h100[problem] else 2)
+    small = Problem(64, 64, 1024)  # no H200 row: the H100's alone
+    assert both[small] == (h100[small],)
+    with pytest.raises(Exception, match="one of shipped, shipped\\+siblings"):
+        incumbents_from({"incumbents": "cublas"}, H100)
+
+
+def test_several_incumbents_each_come_with_their_twins_once():
+    small = Problem(64, 64, 1024)
+    other = WGMMA.replace("s8", "s4")
+    portfolio = Portfolio(per_backend=0, incumbents={small: (WGMMA, other, WGMMA)},
+                          twins=("pdl",))
+    assert portfolio.programs_for(small, ARCHS) == [WGMMA, WGMMA + " pdl", other, other + " pdl"]
+    one = Portfolio(per_backend=0, incumbents={small: WGMMA})
+    assert one.signature() == Portfolio(per_backend=0, incumbents={small: WGMMA}).signature()
+    assert one.signature() != Portfolio(per_backend=0,
+                                        incumbents={small: (WGMMA, other)}).signature()
+
+
+def test_cli_h200_rerun_confirms_its_own_winner_beside_the_h100s(tmp_path, capsys):
+    from gemmforge.cli import main
+    from gemmforge.search.campaign_store import CampaignStore
+    rows = shipped().rows
+    h200 = {r.problem: r.program_text for r in rows if r.device_class == "h200"}
+    problem = next(p for p, text in h200.items() if shipped().exact("h100", p).program_text != text)
+    shape = f"{problem.m}x{problem.n}x{problem.k}"
+    store = tmp_path / "h200.db"
+    assert main(["campaign", "--storage", str(store), "--shapes", shape, "--replay", "synthetic",
+                 "--replay-device", "NVIDIA H200", "--incumbents", "shipped+siblings",
+                 "--per-backend", "0", "--per-shape", "2", "--top", "2", "--search-budget", "0",
+                 "--sustained-seconds", "0.5", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["confirmed"] == 1
+    s = CampaignStore(store)
+    try:
+        confirmed = {r.program for r in s.results(problem, "confirm")}
+    finally:
+        s.close()
+    assert confirmed == {h200[problem], shipped().exact("h100", problem).program_text}

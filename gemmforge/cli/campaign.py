@@ -8,6 +8,8 @@
     gemmforge campaign --storage rerun.db --shapes grid:small,medium --incumbents shipped \
         --twins pdl --per-backend 0 --portfolio all=new_kernels.txt   # after new kernels land
     gemmforge campaign --storage c.db --passes confirm --reconfirm "cold rotated"  # new protocol
+    gemmforge campaign --storage h200.db --shapes grid:large --incumbents shipped+siblings \
+        --per-backend 0 --per-shape 2 --top 2   # on an H200: its own winners against the H100's
 
 The storage file is the whole campaign: it travels between calls and sessions. The first
 run's settings (the options below that default to "as stored") are kept in it, so a
@@ -15,7 +17,8 @@ resume needs only --storage and --max-seconds. Every run prints a summary: measu
 per pass, this run's candidates per second, shapes confirmed, the ETA of the rest.
 A re-run starts from the shipped winners (`--incumbents shipped`: each shape's shipped
 program first, then its `--twins`, then the lists), so the confirmation weighs new kernels
-against the programs users run today. The incumbents are read from the shipped file when a
+against the programs users run today; `--incumbents shipped+siblings` adds each sibling
+device class's shipped program (search.devices.SIBLINGS) after the own class's. The incumbents are read from the shipped file when a
 run starts: ship the re-run's winners after it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
 (search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
@@ -56,27 +59,42 @@ def resolve_options(args, stored: dict | None) -> dict:
     return out
 
 
+INCUMBENT_SOURCES = ("shipped", "shipped+siblings")
+
+
 def incumbents_from(options: dict, device: str) -> dict:
-    """{problem: program text} for --incumbents: the shipped file's rows of `device`'s class
-    (the store's device, else the runner's), where it has none for a shape a sibling class's
-    (search.devices.lookup_classes: an H200 run starts from the H100's winners); {} without
-    the option."""
+    """{problem: program text, or texts} for --incumbents. "shipped": the shipped file's row
+    of `device`'s class (the store's device, else the runner's), where it has none for a
+    shape a sibling class's (search.devices.lookup_classes: an H200 run starts from the
+    H100's winners). "shipped+siblings": the own class's row and each sibling class's, own
+    first, once each (an H200 run weighs its own winner against the H100's). {} without the
+    option."""
     from gemmforge.cli.common import UsageError
     from gemmforge.search.devices import device_class, lookup_classes
     from gemmforge.search.shipped import shipped
     source = options["incumbents"]
     if not source:
         return {}
-    if source != "shipped":
-        raise UsageError(f"--incumbents {source!r}: the only source is 'shipped'")
+    if source not in INCUMBENT_SOURCES:
+        raise UsageError(f"--incumbents {source!r}: one of {', '.join(INCUMBENT_SOURCES)}")
     cls = device_class(device)
     if cls is None:
-        raise UsageError(f"--incumbents shipped: the device {device!r} has no device class")
-    out: dict = {}
-    for lookup in reversed(lookup_classes(cls)):  # own class last: it wins
-        out.update({row.problem: row.program_text for row in shipped().rows
-                    if row.device_class == lookup})
-    return out
+        raise UsageError(f"--incumbents {source}: the device {device!r} has no device class")
+    rows = shipped().rows
+    if source == "shipped":
+        out: dict = {}
+        for lookup in reversed(lookup_classes(cls)):  # own class last: it wins
+            out.update({row.problem: row.program_text for row in rows
+                        if row.device_class == lookup})
+        return out
+    found: dict = {}
+    for lookup in lookup_classes(cls):  # own class first
+        for row in rows:
+            if row.device_class == lookup:
+                texts = found.setdefault(row.problem, [])
+                if row.program_text not in texts:
+                    texts.append(row.program_text)
+    return {problem: tuple(texts) for problem, texts in found.items()}
 
 
 def settings_from(options: dict, incumbents: dict | None = None):
@@ -252,9 +270,10 @@ def add_to(sub) -> None:
     c.add_argument("--portfolio", action="append", metavar="CLASS=FILE",
                    help="a program list for a shape class (small, medium, large, all); "
                         f"repeatable (default: {', '.join(DEFAULT_LISTS)})")
-    c.add_argument("--incumbents", choices=("shipped",),
+    c.add_argument("--incumbents", choices=INCUMBENT_SOURCES,
                    help="time each shape's shipped program first (a re-run after new "
-                        "kernels land)")
+                        "kernels land); shipped+siblings: each sibling device class's "
+                        "shipped program too (an H200 run weighs its own against the H100's)")
     c.add_argument("--twins", help="comma list of boolean fields (pdl, swap_ab) set on "
                                    "each incumbent as an extra candidate where legal, and/or "
                                    "raster: the incumbent with the rasters whose waves read "
