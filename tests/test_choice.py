@@ -143,11 +143,13 @@ def test_the_package_ships_the_large_class_confirmations():
     its command; geomeans as benchmarks/README.md. H100: the large campaigns under sustained
     load of the eighteenth and nineteenth sessions (one reading a shape, two where both runs
     confirmed the winner), the twenty-third's raster twins and the twenty-fourth's big-tile
-    multicast round and the twenty-fifth's 192-tile rounds (M or N = 12288), each row with
-    its sustained figures; H200: the twelfth session's two confirmations."""
+    multicast round and the twenty-fifth's 192-tile rounds (M or N = 12288); H200: the
+    twenty-seventh session's campaign (its own twelfth-session program beside the H100's,
+    one reading a shape). Every row has its sustained figures."""
     book = read(DEFAULT_PATH)
-    for cls, readings, tool, geomean in (("h100", {1, 2}, "campaign --storage large_",
-                                          1.0241), ("h200", {2}, "hopper_large.py", 1.0457)):
+    for cls, readings, tool, geomean in (
+            ("h100", {1, 2}, "campaign --storage large_", 1.0241),
+            ("h200", {1}, "campaign --storage .carry/h200/large_h200_s27.db", 1.0265)):
         rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11
                 and str(r.problem.layout) == "nn"]
         assert len(rows) == 187 and len({r.problem for r in rows}) == 187
@@ -156,9 +158,8 @@ def test_the_package_ships_the_large_class_confirmations():
         assert all(tool in r.measured["command"] and r.measured["commit"] for r in rows)
         geo = math.exp(sum(math.log(r.speedup) for r in rows) / len(rows))
         assert geo == pytest.approx(geomean, abs=1e-4)
-        if cls == "h100":
-            assert all(r.figures.get("sustained_us") and r.figures.get("cublas_sustained_us")
-                       for r in rows)
+        assert all(r.figures.get("sustained_us") and r.figures.get("cublas_sustained_us")
+                   for r in rows)
 
 
 def test_the_package_ships_the_nt_sample_and_llm_layers_for_the_h100():
@@ -240,17 +241,24 @@ def test_a_replayed_tune_never_chooses_a_real_kernel(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatch):
-    """The shipped cute_cpp winners (the H200's large class) need the CUTLASS headers:
-    without them the resolver serves a neighbour's program (or the heuristic's), never a
-    build that fails."""
+def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatch, tmp_path):
+    """A shipped cute_cpp winner (the H200's large class shipped three until the
+    twenty-seventh session) needs the CUTLASS headers: without them the resolver serves a
+    neighbour's program (or the heuristic's), never a build that fails."""
+    import json
     from gemmforge.backends.cute_cpp import cutlass
-    book = read(DEFAULT_PATH)
-    row = next(r for r in book.rows if r.program.backend == "cute_cpp")
-    cls = row.device_class
+    cute = "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/8 pred k1 persistent c1x1 coop tma"
+    problem = Problem(1024, 4096, 12288)
+    assert check(parse(cute), problem) is None
+    book = json.loads(DEFAULT_PATH.read_text())
+    row = next(r for r in book["rows"] if r["device_class"] == "h200"
+               and (r["m"], r["n"], r["k"]) == (1024, 4096, 12288))
+    row["program"] = cute
+    path = tmp_path / "shipped.json"
+    path.write_text(json.dumps(book))
     monkeypatch.setattr(cutlass, "missing_reason", lambda: "the CUTLASS headers are not found")
-    choice = resolve(row.problem, Arch.SM90A, cls, use_tuned=False)
+    choice = resolve(problem, Arch.SM90A, "h200", use_tuned=False, shipped_path=path)
     assert choice.program.backend != "cute_cpp"
     monkeypatch.setattr(cutlass, "missing_reason", lambda: None)
-    choice = resolve(row.problem, Arch.SM90A, cls, use_tuned=False)
-    assert str(choice.program) == row.program_text and choice.distance == 0.0
+    choice = resolve(problem, Arch.SM90A, "h200", use_tuned=False, shipped_path=path)
+    assert str(choice.program) == cute and choice.distance == 0.0
