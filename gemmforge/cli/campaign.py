@@ -18,8 +18,9 @@ per pass, this run's candidates per second, shapes confirmed, the ETA of the res
 A re-run starts from the shipped winners (`--incumbents shipped`: each shape's shipped
 program first, then its `--twins`, then the lists), so the confirmation weighs new kernels
 against the programs users run today; `--incumbents shipped+siblings` adds each sibling
-device class's shipped program (search.devices.SIBLINGS) after the own class's. The incumbents are read from the shipped file when a
-run starts: ship the re-run's winners after it ends, not between its calls.
+device class's shipped program (search.devices.SIBLINGS) after the own class's. The
+incumbents are read from the shipped file when a run starts: ship the re-run's winners after
+it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
 (search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
 shapes the store lacks from the shipped file, `--shipped-only` takes every row from there
