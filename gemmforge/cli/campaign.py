@@ -81,20 +81,15 @@ def incumbents_from(options: dict, device: str) -> dict:
     cls = device_class(device)
     if cls is None:
         raise UsageError(f"--incumbents {source}: the device {device!r} has no device class")
-    rows = shipped().rows
-    if source == "shipped":
-        out: dict = {}
-        for lookup in reversed(lookup_classes(cls)):  # own class last: it wins
-            out.update({row.problem: row.program_text for row in rows
-                        if row.device_class == lookup})
-        return out
     found: dict = {}
-    for lookup in lookup_classes(cls):  # own class first
-        for row in rows:
+    for lookup in lookup_classes(cls):  # own class first, then the siblings in order
+        for row in shipped().rows:
             if row.device_class == lookup:
                 texts = found.setdefault(row.problem, [])
                 if row.program_text not in texts:
                     texts.append(row.program_text)
+    if source == "shipped":
+        return {problem: texts[0] for problem, texts in found.items()}
     return {problem: tuple(texts) for problem, texts in found.items()}
 
 
