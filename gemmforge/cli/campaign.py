@@ -81,13 +81,13 @@ def incumbents_from(options: dict, device: str) -> dict:
     cls = device_class(device)
     if cls is None:
         raise UsageError(f"--incumbents {source}: the device {device!r} has no device class")
+    order = {c: i for i, c in enumerate(lookup_classes(cls))}  # own class first
     found: dict = {}
-    for lookup in lookup_classes(cls):  # own class first, then the siblings in order
-        for row in shipped().rows:
-            if row.device_class == lookup:
-                texts = found.setdefault(row.problem, [])
-                if row.program_text not in texts:
-                    texts.append(row.program_text)
+    for row in sorted((r for r in shipped().rows if r.device_class in order),
+                      key=lambda r: order[r.device_class]):
+        texts = found.setdefault(row.problem, [])
+        if row.program_text not in texts:
+            texts.append(row.program_text)
     if source == "shipped":
         return {problem: texts[0] for problem, texts in found.items()}
     return {problem: tuple(texts) for problem, texts in found.items()}
