@@ -28,7 +28,8 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
     grid) and ranker_h100_nt.json for nt (the nt sample and LLM campaigns and 150 random
     shapes), walked with numpy); the best ranked that is usable
     here wins, the wave rule's pick among equals. No model file for the layout (or one that
-    does not load, or one of another class or layout): the wave rule, silently. A program
+    does not load, or one of another layout or of a class that is neither the device's nor a
+    sibling's: an H200's rows are ranked by the H100's model): the wave rule, silently. A program
     need not have been measured near this shape: the model carries each one across the grid,
     which the wave rule's one measured time cannot (a perfect chooser among the neighbours
     reads only 0.91 of tuning off the grid; the best shipped program anywhere 0.995). So
@@ -205,7 +206,9 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     those usable at `problem` (the fallback's program where the model ranks it first); where
     `fallback` is the heuristic's (no shipped neighbour within reach) and the model of
     `device_class` covers `problem` (Ranker.covers: inside its training shapes' range), the
-    best ranked of that class's shipped programs; else, or with no model, `fallback`."""
+    best ranked of that class's shipped programs; else, or with no model, `fallback`. A
+    model of a sibling class (search.devices.SIBLINGS: the same die and SM count) ranks a
+    class that has none of its own: an H200's rows are ranked by the H100's model."""
     far = fallback.source == "heuristic"
     if (fallback.source != "shipped" or fallback.distance == 0.0) and not far:
         return fallback
@@ -213,7 +216,7 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     from gemmforge.search import ranker
     model = model if model is not None else ranker.load(layout=problem.layout.value)
     sms = multiprocessors(cls)
-    if (model is None or sms is None or model.device_class != cls
+    if (model is None or sms is None or model.device_class not in lookup_classes(cls)
             or model.layout != problem.layout.value or (far and not model.covers(problem))):
         return fallback
     ranked = _learned_rows(problem, fallback, book, model, exclude, cls)

@@ -87,6 +87,24 @@ def test_the_learned_rule_serves_the_model_s_first_choice(book):
     assert str(exact.program) == PINGPONG and exact.ranked is None
 
 
+def test_an_h200_s_own_rows_are_ranked_by_the_h100_s_model(tmp_path):
+    # the same neighbours as `book`, shipped as an H200's rows: the H100's model ranks them
+    rows = [(320, 6144, 4096, PINGPONG, 60.0), (512, 6144, 4096, TALL, 70.0),
+            (256, 6144, 4096, TRITON, 90.0), (256, 6144, 8192, TRITON_TALL, 150.0)]
+    h200 = _shipped(tmp_path, rows, device="NVIDIA H200")
+    kw = dict(shipped_path=h200, use_tuned=False)
+    p = Problem(333, 6144, 4096)
+    waves = resolve(p, Arch.SM90A, "h200", rule="waves", **kw)
+    short = _model(leaves=(2000, 1000, 0))  # prefers 64-row tiles, unlike the wave rule
+    chosen = resolve(p, Arch.SM90A, "h200", rule="learned", model=ranker.from_json(short), **kw)
+    assert str(waves.program) == TALL and waves.device_class == "h200"
+    assert str(chosen.program) == TRITON and chosen.ranked == 4
+    assert chosen.device_class == "h200" and chosen.measured == Problem(256, 6144, 4096)
+    # a model of a class that is no sibling (an A100's) is not used: the wave rule's pick
+    a100 = ranker.from_json({**short, "device_class": "a100"})
+    assert resolve(p, Arch.SM90A, "h200", rule="learned", model=a100, **kw) == waves
+
+
 def test_the_learned_rule_ranks_only_legal_programs_of_allowed_backends(book):
     kw = dict(shipped_path=book, use_tuned=False, rule="learned",
               model=ranker.from_json(_model()))
