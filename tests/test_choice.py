@@ -192,6 +192,25 @@ def test_the_package_ships_every_grid_shape_for_the_h100():
                and r.figures.get("cold_us") and r.figures.get("call_us") for r in below)
 
 
+def test_the_package_ships_every_grid_shape_for_the_h200():
+    """The H200's 813 shapes below 1e11 from its own campaign's confirmations (twenty-eighth
+    session: each shape's H100 program, its twins and the heuristic's proposals timed on an
+    H200; benchmarks/README.md, grid_h200), its large class from the twenty-seventh's: one
+    legal program per grid shape, each with the command that measured it on an H200."""
+    from gemmforge.search.shapes import parse_shapes
+    book = read(DEFAULT_PATH)
+    rows = {r.problem: r for r in book.rows if r.device_class == "h200"}
+    grid = parse_shapes("grid")
+    assert set(rows) == set(grid)
+    below = [rows[p] for p in grid if p.flops < 1e11]
+    assert len(below) == 813 and all(check(r.program, r.problem) is None for r in below)
+    assert all(".carry/h200/grid_h200_s28.db" in r.measured["command"] and r.measured["commit"]
+               and r.figures.get("cold_us") and r.figures.get("call_us") for r in below)
+    assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
+    geo = math.exp(sum(math.log(r.speedup) for r in below) / len(below))
+    assert geo == pytest.approx(1.1408, abs=1e-4)
+
+
 def _shipped_h100(problem: Problem) -> str:
     """The program the package ships for `problem` (layout nn) on the H100."""
     return next(r.program_text for r in read(DEFAULT_PATH).rows
