@@ -38,7 +38,8 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
     shapes (Ranker.covers); outside it, the heuristic's program. Replayed at the random nt
     shapes the shipped nt rows do not reach (the models trained without them): the model's
     pick 0.945-0.949 of the best reading there, the heuristic's 0.814-0.858.
-  - "waves": ALL the shipped neighbours within MAX_DISTANCE, each one's measured kernel
+  - "waves": ALL the shipped neighbours within MAX_DISTANCE of the nearest's device class
+    (a sibling's rows were timed on another memory system), each one's measured kernel
     time carried to this shape by its waves of tiles (search.waves.predicted_us:
     ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
     time winning (ties: the nearest). The nearest neighbour's tile can leave a thin last
@@ -184,8 +185,8 @@ def pick(problem: Problem, found: list[Choice], classes: tuple[str, ...],
          rule: str = "waves") -> Choice:
     """The candidate `resolve` serves among `found` (legal candidates within reach, of
     `classes`, best class first): the nearest (module doc); where that is a shipped
-    neighbour and `rule` is "waves", the shipped neighbour with the shortest predicted time
-    at `problem` (search.waves), the nearest among equal ones."""
+    neighbour and `rule` is "waves", the shipped neighbour of the nearest's device class with
+    the shortest predicted time at `problem` (search.waves), the nearest among equal ones."""
     if rule not in RULES:
         raise ValueError(f"rule: {rule!r} is not one of {', '.join(RULES)}")
     ranked = sorted(found, key=lambda c: (c.distance, classes.index(c.device_class),
@@ -193,8 +194,11 @@ def pick(problem: Problem, found: list[Choice], classes: tuple[str, ...],
     nearest = ranked[0]
     if rule == "nearest" or nearest.source != "shipped" or nearest.distance == 0.0:
         return nearest
+    # one class's times only: a sibling's rows were timed on another memory system (an H200's
+    # bandwidth-bound kernels run shorter), so they serve only where the nearest is theirs
+    same_class = [c for c in ranked if c.device_class == nearest.device_class]
     timed = [(c.predicted_us, rank, c) for rank, c in enumerate(map(
-        lambda c: _predicted(c, problem), ranked)) if c.predicted_us is not None]
+        lambda c: _predicted(c, problem), same_class)) if c.predicted_us is not None]
     return min(timed, key=lambda t: t[:2])[2] if timed else nearest
 
 

@@ -105,6 +105,20 @@ def test_an_h200_s_own_rows_are_ranked_by_the_h100_s_model(tmp_path):
     assert resolve(p, Arch.SM90A, "h200", rule="learned", model=a100, **kw) == waves
 
 
+def test_a_sibling_s_rows_do_not_compete_with_the_own_class_s_off_the_grid(tmp_path):
+    # an H200's row at 320 ran in 20 us (its memory is faster): on an H100 the wave rule and
+    # the learned rule pick among the H100's own rows; on an H200 among the H200's
+    _shipped(tmp_path, [(320, 6144, 4096, PINGPONG, 60.0), (512, 6144, 4096, TALL, 70.0)])
+    both = _shipped(tmp_path, [(320, 6144, 4096, TRITON, 20.0)], device="NVIDIA H200")
+    p = Problem(333, 6144, 4096)
+    kw = dict(shipped_path=both, use_tuned=False)
+    for rule in ("waves", "learned"):
+        h100 = resolve(p, Arch.SM90A, "h100", rule=rule, model=ranker.from_json(_model()), **kw)
+        assert h100.device_class == "h100" and str(h100.program) in (PINGPONG, TALL)
+        h200 = resolve(p, Arch.SM90A, "h200", rule=rule, model=ranker.from_json(_model()), **kw)
+        assert h200.device_class == "h200" and str(h200.program) == TRITON
+
+
 def test_the_learned_rule_ranks_only_legal_programs_of_allowed_backends(book):
     kw = dict(shipped_path=book, use_tuned=False, rule="learned",
               model=ranker.from_json(_model()))
