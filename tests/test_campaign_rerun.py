@@ -96,7 +96,19 @@ def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
     assert selection_ratio(large, under_load) == 0.8 and selected_by(large, under_load) == "sustained"
 
 
-def test_an_h200_rerun_starts_from_its_own_rows_then_the_h100s():
+def _two_classes(tmp_path, monkeypatch):
+    """A shipped file where the H100 has rows at two shapes and the H200 at one of them (its
+    own program there), read by the runtime: (own, lone, h100's program, h200's program)."""
+    from shipped_helpers import shipped_file
+    own, lone = Problem(64, 64, 1024), Problem(128, 64, 1024)
+    other = WGMMA.replace("s8", "s4")
+    shipped_file(tmp_path, [(p.m, p.n, p.k, WGMMA, 5.0) for p in (own, lone)])
+    path = shipped_file(tmp_path, [(own.m, own.n, own.k, other, 4.0)], device="NVIDIA H200")
+    monkeypatch.setenv("GEMMFORGE_SHIPPED", str(path))
+    return own, lone, WGMMA, other
+
+
+def test_an_h200_rerun_starts_from_its_own_rows_then_the_h100s(tmp_path, monkeypatch):
     from gemmforge.cli.campaign import incumbents_from
     got = incumbents_from({"incumbents": "shipped"}, "NVIDIA H200")
     h100 = incumbents_from({"incumbents": "shipped"}, H100)
@@ -104,13 +116,14 @@ def test_an_h200_rerun_starts_from_its_own_rows_then_the_h100s():
     for row in shipped().rows:
         if row.device_class == "h200":
             assert got[row.problem] == row.program_text
-    # a shape the H200 has no row for (layout nt: the H100's alone ships one) takes the H100's
-    lone = next(r.problem for r in shipped().rows
-                if r.device_class == "h100" and shipped().exact("h200", r.problem) is None)
-    assert got[lone] == h100[lone]
+    # a shape the H200 has no row for takes the H100's
+    own, lone, h100_text, h200_text = _two_classes(tmp_path, monkeypatch)
+    got = incumbents_from({"incumbents": "shipped"}, "NVIDIA H200")
+    assert got == {own: h200_text, lone: h100_text}
+    assert incumbents_from({"incumbents": "shipped"}, H100) == {own: h100_text, lone: h100_text}
 
 
-def test_shipped_plus_siblings_puts_the_own_class_first_then_the_siblings():
+def test_shipped_plus_siblings_puts_the_own_class_first_then_the_siblings(tmp_path, monkeypatch):
     from gemmforge.cli.campaign import incumbents_from
     both = incumbents_from({"incumbents": "shipped+siblings"}, "NVIDIA H200")
     rows = shipped().rows
@@ -121,10 +134,12 @@ def test_shipped_plus_siblings_puts_the_own_class_first_then_the_siblings():
         texts = both[problem]
         assert texts[0] == own and h100[problem] in texts
         assert len(texts) == len(set(texts)) == (1 if own == h100[problem] else 2)
-    lone = [p for p in h100 if p not in h200]  # no H200 row (layout nt): the H100's alone
-    assert lone and all(both[p] == (h100[p],) for p in lone)
     with pytest.raises(Exception, match="one of shipped, shipped\\+siblings"):
         incumbents_from({"incumbents": "cublas"}, H100)
+    # where the H200 has no row, the H100's alone
+    own, lone, h100_text, h200_text = _two_classes(tmp_path, monkeypatch)
+    both = incumbents_from({"incumbents": "shipped+siblings"}, "NVIDIA H200")
+    assert both == {own: (h200_text, h100_text), lone: (h100_text,)}
 
 
 def test_several_incumbents_each_come_with_their_twins_once():
