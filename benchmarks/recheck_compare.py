@@ -1,8 +1,10 @@
 """Two fresh re-timings of the shipped large winners (campaign reports, one row a shape), side
 by side: each call's class figure, the call's offset read on the programs both timed, how
-far the programs that changed in between moved beyond that offset, and the class figure
-of the newer call's programs over both calls (per shape, the geomean of its two readings
-where the program is the same, else the newer reading).
+far the programs that changed in between moved beyond that offset, how well the two calls
+agree shape by shape on those programs (the correlation of their log ratios, and the spread
+of the per-shape difference), and the class figure of the newer call's programs over both
+calls (per shape, the geomean of its two readings where the program is the same, else the
+newer reading). The two calls may be on different chips (an H100's look beside an H200's).
 
     python3 benchmarks/recheck_compare.py OLD.csv NEW.csv [--column sustained_speedup]
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -54,9 +57,25 @@ def compare(old: dict, new: dict) -> dict[str, float | int]:
         "old": geomean(v for _, v in old.values()), "new": geomean(v for _, v in new.values()),
         "shapes_both": len(both), "unchanged": len(same), "changed": len(changed),
         "offset": offset, "changed_moved": moved, "beyond_offset": moved / offset,
+        **agreement([math.log(old[s][1]) for s in same], [math.log(new[s][1]) for s in same]),
         "two_calls": geomean(math.sqrt(old[s][1] * v) if s in old and old[s][0] == p else v
                              for s, (p, v) in new.items()),
     }
+
+
+def agreement(old_logs: list[float], new_logs: list[float]) -> dict[str, float | None]:
+    """How two calls' log ratios of the same programs agree shape by shape: their Pearson
+    correlation and the standard deviation of the per-shape difference (as a fraction);
+    None where it is undefined (fewer than two shapes, or a call that reads every shape
+    alike)."""
+    if len(old_logs) < 2:
+        return {"correlation": None, "difference_sd": None}
+    spread = statistics.stdev(b - a for a, b in zip(old_logs, new_logs))
+    try:
+        correlation = statistics.correlation(old_logs, new_logs)
+    except statistics.StatisticsError:
+        correlation = None
+    return {"correlation": correlation, "difference_sd": spread}
 
 
 def main(argv=None) -> int:
@@ -74,6 +93,10 @@ def main(argv=None) -> int:
     print(f"{args.column}: {args.old.name} {c['old']:.4f}, {args.new.name} {c['new']:.4f}")
     if c["unchanged"]:
         print(f"  {c['unchanged']} programs in both calls: {c['offset']:.4f} (the call's offset)")
+        if c["difference_sd"] is not None:
+            corr = "undefined" if c["correlation"] is None else f"{c['correlation']:.2f}"
+            print(f"  shape by shape on those: correlation {corr}, "
+                  f"difference sd {100 * c['difference_sd']:.1f} %")
     else:
         print("  no program in both calls: no offset to read")
     if c["changed"]:

@@ -1,6 +1,7 @@
 """benchmarks/recheck_compare.py: two fresh re-timings of the large winners side by side."""
 import csv
 import math
+import statistics
 
 import pytest
 
@@ -54,3 +55,23 @@ def test_main_prints_the_figures_and_rejects_missing_files(tmp_path, capsys):
         recheck.main([str(a), str(tmp_path / "missing.csv")])
     with pytest.raises(SystemExit, match="no ok rows"):
         recheck.main([str(a), str(b), "--column", "speedup"])
+
+
+def test_agreement_shape_by_shape_on_the_unchanged_programs(tmp_path, capsys):
+    rows = [((1, 1, 1), "A", 1.00), ((2, 2, 2), "B", 1.04), ((3, 3, 3), "C", 0.96)]
+    old = write(tmp_path / "old.csv", rows)
+    new = write(tmp_path / "new.csv", [(s, p, r * 1.01) for s, p, r in rows[:2]]
+                + [((3, 3, 3), "C", 1.04)])
+    c = recheck.compare(recheck.read(old, "sustained_speedup"), recheck.read(new, "sustained_speedup"))
+    a = [math.log(r) for _, _, r in rows]
+    b = [math.log(1.01), math.log(1.04 * 1.01), math.log(1.04)]
+    assert c["correlation"] == pytest.approx(statistics.correlation(a, b))
+    assert c["difference_sd"] == pytest.approx(statistics.stdev(y - x for x, y in zip(a, b)))
+    # a constant offset agrees perfectly: correlation 1, no spread
+    same = recheck.agreement([0.0, 0.1, -0.1], [0.02, 0.12, -0.08])
+    assert same["correlation"] == pytest.approx(1.0) and same["difference_sd"] == pytest.approx(0.0)
+    assert recheck.agreement([0.1], [0.2]) == {"correlation": None, "difference_sd": None}
+    flat = recheck.agreement([0.1, 0.1], [0.2, 0.3])
+    assert flat["correlation"] is None and flat["difference_sd"] > 0
+    assert recheck.main([str(old), str(new)]) == 0
+    assert "3 programs in both calls" in capsys.readouterr().out
