@@ -2,7 +2,6 @@
 class, with a distance limit; search.devices; the shipped file inside the package."""
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from gemmforge.ir.verify import check
 from gemmforge.search.choice import MAX_DISTANCE, distance, resolve
 from gemmforge.search.database import TunedDatabase
 from gemmforge.search.devices import check_class, device_class, lookup_classes
+from gemmforge.search.grid_report import geomean
 from gemmforge.search.records import Result
 from gemmforge.search.shipped import DEFAULT_PATH, read
 from gemmforge.search.ship import ship
@@ -147,7 +147,7 @@ def test_the_package_ships_the_large_class_confirmations():
     twenty-seventh session's campaign (its own twelfth-session program beside the H100's,
     one reading a shape). Every row has its sustained figures."""
     book = read(DEFAULT_PATH)
-    for cls, readings, tool, geomean in (
+    for cls, readings, tool, expected in (
             ("h100", {1, 2}, "campaign --storage large_", 1.0241),
             ("h200", {1}, "campaign --storage .carry/h200/large_h200_s27.db", 1.0265)):
         rows = [r for r in book.rows if r.device_class == cls and r.problem.flops >= 1e11
@@ -156,8 +156,8 @@ def test_the_package_ships_the_large_class_confirmations():
         assert all(r.readings in readings for r in rows)
         assert all(check(r.program, r.problem) is None for r in rows)
         assert all(tool in r.measured["command"] and r.measured["commit"] for r in rows)
-        geo = math.exp(sum(math.log(r.speedup) for r in rows) / len(rows))
-        assert geo == pytest.approx(geomean, abs=1e-4)
+        geo = geomean(r.speedup for r in rows)
+        assert geo == pytest.approx(expected, abs=1e-4)
         assert all(r.figures.get("sustained_us") and r.figures.get("cublas_sustained_us")
                    for r in rows)
 
@@ -208,7 +208,7 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert all(".carry/h200/grid_h200_s28.db" in r.measured["command"] and r.measured["commit"]
                and r.figures.get("cold_us") and r.figures.get("call_us") for r in below)
     assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
-    geo = math.exp(sum(math.log(r.speedup) for r in below) / len(below))
+    geo = geomean(r.speedup for r in below)
     assert geo == pytest.approx(1.1408, abs=1e-4)
 
 
@@ -234,7 +234,7 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
         assert r.measured["devices"] == ["NVIDIA H200"] and r.figures.get("cold_us")
     large = [r for r in rows.values() if r.problem.flops >= 1e11]
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
-    geo = math.exp(sum(math.log(r.speedup) for r in rows.values()) / len(rows))
+    geo = geomean(r.speedup for r in rows.values())
     assert geo == pytest.approx(1.1770, abs=1e-4)
 
 
