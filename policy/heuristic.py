@@ -12,9 +12,10 @@ import math
 
 from gemmforge.ir.program import (
     Arch, Layout, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
+    WarpSpec,
 )
 from gemmforge.ir.verify import check
-from gemmforge.policy import small_shapes
+from gemmforge.policy import small_shapes, wave_fit
 
 SMS = 132                 # multiprocessors on H100/H200 (A100: 108); sets the wave size
 DEFAULT_BACKEND = "cuda_mma"
@@ -176,6 +177,39 @@ def _small_candidates(backend, arch: Arch, problem: Problem):
                 break
 
 
+WAVE_FIT_STAGE_BYTES = 32 * 1024  # a ring stage this big or more keeps 64-deep K steps
+_WAVE_FIT_WARPS = ((2, 1), (1, 1), (1, 2), (4, 1), (2, 2))
+
+
+def _wave_fit_candidates(backend, arch: Arch, problem: Problem):
+    """Programs from policy.wave_fit's tile and split shapes (cheapest predicted first),
+    cooperative and data-parallel, each at the deepest ring it holds; warps and reductions
+    other than the model's are tried only while verify refuses."""
+    if arch != Arch.SM90A:
+        return
+    aligned = problem.k % 8 == 0 and (problem.layout == Layout.NT or problem.n % 8 == 0)
+    for fit in wave_fit.fits(problem, backend):
+        rows = fit.bm + fit.bn
+        bk = 64 * min(4, 1 << int(math.log2(max(1, WAVE_FIT_STAGE_BYTES // (rows * 64 * 2)))))
+        rows_64 = fit.bm // 64  # one consumer warpgroup per 64 rows where that is a power of two
+        warps = ((rows_64, 1), *_WAVE_FIT_WARPS) if not fit.swap_ab and rows_64 in (1, 2, 4) \
+            else _WAVE_FIT_WARPS
+        reductions = [fit.reduction, *(r for r in backend.reductions if r != fit.reduction)] \
+            if fit.slices > 1 else [fit.reduction]
+        for (wm, wn), reduction in itertools.product(dict.fromkeys(warps), reductions):
+            program = _fit(backend, Program(
+                backend=backend.name, arch=arch, tile=Tile(fit.bm, fit.bn, bk),
+                warps=Warps(wm, wn), stages=backend.max_stages, swizzle=Swizzle.B128,
+                raster=Raster(RasterOrder.ROW, 8),
+                padding=Padding.PREDICATE if aligned else Padding.PAD_OPERANDS,
+                split_k=SplitK(fit.slices, reduction), swap_ab=fit.swap_ab,
+                warp_spec=WarpSpec.COOPERATIVE, pdl=_pdl(backend, arch, problem)))
+            deep, _ = _deepest(program, problem)
+            if deep is not None:
+                yield deep
+                break
+
+
 def _pdl(backend, arch: Arch, problem: Problem) -> bool:
     """Programmatic dependent launch where the backend lowers it (sm_90a) and the problem is
     below SEED_MIN_FLOPS: back to back, a launch overlaps the previous kernel's tail (on the
@@ -252,6 +286,7 @@ class HeuristicPolicy:
             return []
         out: list[Program] = []
         for program in itertools.chain(_seeds(name, arch, problem),
+                                       _wave_fit_candidates(backend, arch, problem),
                                        _small_candidates(backend, arch, problem),
                                        _candidates(backend, arch, problem)):
             if program not in out and check(program, problem) is None:
