@@ -41,6 +41,9 @@ MAX_THREAD_REGS = 255
 SETMAXNREG_MAX = 256         # setmaxnreg takes 24..256, multiples of 8
 PRODUCER_REGS = {1: 40, 2: 40, 3: 24, 4: 24}  # the TMA warpgroup's registers, by consumer count
 ACC_HEADROOM_REGS = 40       # addressing, descriptors and loop state beside the accumulators
+WGMMA_OPERAND_REGS = 26      # one wgmma's registers beside its accumulator: ptxas compiles the
+# kernel at the launch's per-thread cap whatever setmaxnreg later grants, and refused m64n144k16
+# f32 (72 + 26 = 98) at 640 threads' cap of 96 while it took m64n136k16 (68 + 26 = 94)
                              # (192 accumulators in 232 registers build without spills)
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
@@ -280,6 +283,11 @@ def _kernel_reason(program: Program, problem: Problem | None) -> str | None:
     if need > g["consumer_regs"]:
         return (f"tile: a consumer's {g['wg_m']}x{g['wg_n']} {acc.value} accumulator needs about "
                 f"{need} registers per thread; {g['consumer_regs']} are available")
+    one = acc_regs(g["wg_n"], acc) + WGMMA_OPERAND_REGS
+    if one > g["entry_regs"]:
+        return (f"tile: one m64n{g['wg_n']} wgmma needs about {one} registers per thread, and "
+                f"ptxas compiles {g['threads']} threads at {g['entry_regs']} each (fewer "
+                f"warpgroups or a narrower warpgroup N)")
     budget = LIMITS[program.arch].max_smem_per_block
     if g["smem_bytes"] > budget:
         return (f"stages: {program.stages} stages of {t.bm}x{t.bn}x{t.bk} need "
