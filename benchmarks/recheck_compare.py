@@ -1,5 +1,5 @@
-"""Two fresh re-timings of the shipped large winners (campaign reports, one row a shape), side
-by side: each call's class figure, the call's offset read on the programs both timed, how
+"""Two fresh re-timings of shipped winners (campaign reports, one row a shape: the large class's,
+or any shapes both looks timed), side by side: each call's class figure, the call's offset read on the programs both timed, how
 far the programs that changed in between moved beyond that offset, how well the two calls
 agree shape by shape on those programs (the correlation of their log ratios, and the spread
 of the per-shape difference), and the class figure of the newer call's programs over both

@@ -195,8 +195,9 @@ def test_the_package_ships_every_grid_shape_for_the_h100():
 def test_the_package_ships_every_grid_shape_for_the_h200():
     """The H200's 813 shapes below 1e11 from its own campaign's confirmations (twenty-eighth
     session: each shape's H100 program, its twins and the heuristic's proposals timed on an
-    H200; benchmarks/README.md, grid_h200), its large class from the twenty-seventh's: one
-    legal program per grid shape, each with the command that measured it on an H200."""
+    H200; benchmarks/README.md, grid_h200), those from 1e8 re-chosen in the thirtieth's
+    wave-fit round (wave_fit_h200_s30), its large class from the twenty-seventh's: one legal
+    program per grid shape, each with the command that measured it on an H200."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -205,18 +206,21 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert set(rows) == set(grid)
     below = [rows[p] for p in grid if p.flops < 1e11]
     assert len(below) == 813 and all(check(r.program, r.problem) is None for r in below)
-    assert all(".carry/h200/grid_h200_s28.db" in r.measured["command"] and r.measured["commit"]
-               and r.figures.get("cold_us") and r.figures.get("call_us") for r in below)
+    for r in below:
+        store = ".carry/h200/wave_fit_" if r.problem.flops >= 1e8 else ".carry/h200/grid_h200_s28.db"
+        assert store in r.measured["command"] and r.measured["commit"]
+        assert r.figures.get("cold_us") and r.figures.get("call_us")
     assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
     geo = geomean(r.speedup for r in below)
-    assert geo == pytest.approx(1.1408, abs=1e-4)
+    assert geo == pytest.approx(1.1394, abs=1e-4)
 
 
 def test_the_package_ships_the_nt_shapes_for_the_h200():
     """Layout nt: the H200's own rows at the H100's 160 nt shapes (twenty-ninth session: each
     shape's H100 program, its twins, the heuristic's proposals and the skinny list timed on an
     H200; benchmarks/README.md, nt_h200_s29; then a search round at the 31 under 1.0x,
-    nt_weak_h200_s29), each legal, the large ones chosen under load."""
+    nt_weak_h200_s29; those from 1e8 to 1e11 re-chosen in the thirtieth's wave-fit round,
+    wave_fit_h200_s30), each legal, the large ones chosen under load."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -229,13 +233,14 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     weak = set(parse_shapes(f"@{root / 'nt_weak_h200.txt'}", "nt", "f32"))
     assert len(weak) == 31 and weak < set(rows)
     for problem, r in rows.items():
-        store = "nt_weak_h200_s29.db" if problem in weak else "nt_h200_s29.db"
+        store = ("wave_fit_" if 1e8 <= problem.flops < 1e11 else
+                 "nt_weak_h200_s29.db" if problem in weak else "nt_h200_s29.db")
         assert f".carry/h200/{store}" in r.measured["command"] and r.measured["commit"]
         assert r.measured["devices"] == ["NVIDIA H200"] and r.figures.get("cold_us")
     large = [r for r in rows.values() if r.problem.flops >= 1e11]
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
     geo = geomean(r.speedup for r in rows.values())
-    assert geo == pytest.approx(1.1770, abs=1e-4)
+    assert geo == pytest.approx(1.1851, abs=1e-4)
 
 
 def _shipped_h100(problem: Problem) -> str:

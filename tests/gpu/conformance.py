@@ -57,6 +57,14 @@ CUDA_WGMMA = [
     "cuda_wgmma sm_90a 192x256x64 w1x2 s3 sw128 row/8 pred k1 persistent c2x1 coop tma",
     "cuda_wgmma sm_90a 256x192x64 w2x1 s3 sw128 row/8 pred k1 streamk c1x1 coop tma",
     "cuda_wgmma sm_90a 192x256x64 w1x2 s3 sw128 row/8 pred k1 streamk c1x1 coop tma",
+    # policy.wave_fit's forms (thirtieth session, shipped for the H200): N tiles off the powers
+    # of two, unswapped and swapped, and split-K summed through the cluster
+    "cuda_wgmma sm_90a 128x96x64 w2x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x48x128 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct pdl",
+    "cuda_wgmma sm_90a 64x224x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct pdl",
+    "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k2c dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x192x64 w1x1 s5 sw128 row/8 pred k2c dp c1x1 coop direct pdl",
+    "cuda_wgmma sm_90a 8x192x64 w1x1 s8 sw128 row/8 pred k3c dp c1x1 coop direct swap pdl",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
