@@ -1,6 +1,7 @@
 """How well policy.wave_fit's model ranks the programs a campaign measured at each shape.
 
     python3 benchmarks/wave_fit_check.py STORE.db [STORE.db ...]
+    python3 benchmarks/wave_fit_check.py --winners REPORT.csv [...] --before SHIPPED.json
 
 Per shape of the stores' portfolio passes with 1e8 <= 2mnk < 1e11 (the model's range), over
 the cooperative data-parallel cuda_wgmma programs in clusters of one (the forms the model
@@ -9,6 +10,11 @@ with at least MIN_PROGRAMS of them measured: the rank correlation of the model's
 the measured kernel time, and the "pick cost", the measured time of the program the model
 ranks first over the best measured time. Printed: the shapes, the median correlation, and
 the geomean and median pick cost. Read-only: the stores are opened as such.
+
+With --winners: the rows of campaign reports whose program differs from the one the shipped
+file `--before` held for that (device class, layout, shape), counted by kind: a wave-fit
+program (among policy.heuristic's wave-fit proposals at the shape) in one K slice with tiles
+of powers of two or off them, or split (by reduction and slices); or another proposal.
 """
 from __future__ import annotations
 
@@ -89,10 +95,54 @@ def agreement(by_shape: dict[str, list[tuple[float, float]]]) -> dict[str, float
                 statistics.median(costs) if costs else None}
 
 
+def kind(program_text: str, problem, wave_fit_texts: set[str]) -> str:
+    """A changed winner's kind (the --winners table's rows)."""
+    if program_text not in wave_fit_texts:
+        return "other proposal"
+    p = parse(program_text)
+    if p.split_k.slices > 1:
+        return f"wave-fit, split k{p.split_k.slices} {p.split_k.reduction}"
+    pow2 = all(v & (v - 1) == 0 for v in (p.tile.bm, p.tile.bn))
+    return "wave-fit, one slice, " + ("power-of-two tile" if pow2 else "tile off the powers of two")
+
+
+def winners(reports: list[Path], before: Path) -> dict[str, int]:
+    """Kind -> count over the reports' changed rows (module doc), and "changed"."""
+    from gemmforge.backends import registry
+    from gemmforge.ir.program import Arch, Layout, Problem
+    from gemmforge.policy.heuristic import _wave_fit_candidates
+    from gemmforge.search.devices import device_class
+    from gemmforge.search.report import read_csv
+    old = {(r["device_class"], r["layout"], r["m"], r["n"], r["k"]): r["program"]
+           for r in json.loads(before.read_text())["rows"]}
+    counts: dict[str, int] = defaultdict(int)
+    for report in reports:
+        for r in read_csv(report):
+            key = (device_class(r.device), str(r.layout), r.m, r.n, r.k)
+            if not r.ok or old.get(key) in (None, r.program):
+                continue
+            problem = Problem(r.m, r.n, r.k, Layout(str(r.layout)))
+            fits = {str(p) for p in _wave_fit_candidates(
+                registry.get("cuda_wgmma"), Arch.SM90A, problem)}
+            counts["changed"] += 1
+            counts[kind(r.program, problem, fits)] += 1
+    return dict(counts)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("stores", nargs="+", type=Path, help="campaign stores (read-only)")
+    ap.add_argument("stores", nargs="*", type=Path, help="campaign stores (read-only)")
+    ap.add_argument("--winners", nargs="+", type=Path, help="campaign report CSVs")
+    ap.add_argument("--before", type=Path, help="--winners: the shipped file before them")
     args = ap.parse_args(argv)
+    if args.winners:
+        if args.before is None or not args.before.is_file():
+            print("--winners needs --before: the shipped file the round started from",
+                  file=sys.stderr)
+            return 2
+        counts = winners(args.winners, args.before)
+        for name, n in sorted(counts.items(), key=lambda kv: (kv[0] != "changed", kv[0])):
+            print(f"{n:5d}  {name}")
     for store in args.stores:
         if not store.is_file():
             print(f"{store}: no such store", file=sys.stderr)

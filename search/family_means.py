@@ -13,6 +13,7 @@ at how many it was ahead. (The twenty-fourth session's big tiles: 0.995 over all
 """
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from typing import Callable
 
@@ -45,6 +46,24 @@ def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) 
     return sorted(rows, key=lambda row: (-shapes[row["program"]], row["program"],
                                          row["decade"] == "all", float(row["decade"])
                                          if row["decade"] != "all" else 0.0))
+
+
+def winners_against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) -> dict:
+    """The round as a whole: at how many shapes the winner is not the incumbent, and at those
+    where the incumbent was confirmed in the same (latest undisturbed) round, the winner's
+    selection ratio over the incumbent's: count, geomean and median. The winner's reading
+    carries the pick's optimism (about 1 %), so a later look is what confirms the gain."""
+    changed, gains = 0, []
+    for problem in campaign.problems:
+        winner, incumbent = campaign.winner(problem), incumbent_of(problem)
+        if winner is None or incumbent is None or winner.program == incumbent:
+            continue
+        changed += 1
+        results = {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
+        if incumbent in results:
+            gains.append(selection_ratio(problem, winner) / selection_ratio(problem, results[incumbent]))
+    return {"shapes": len(campaign.problems), "changed": changed, "beside_incumbent": len(gains),
+            "geomean": geomean(gains), "median": statistics.median(gains) if gains else None}
 
 
 def markdown(rows: list[dict]) -> str:

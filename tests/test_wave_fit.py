@@ -143,3 +143,15 @@ def test_readings_keep_modelled_programs_in_range_with_four_or_more():
     assert list(got) == [mid] and len(got[mid]) == 4
     few = check_script.readings(rows[:3])
     assert few == {}
+
+
+def test_winner_kinds():
+    problem = Problem(256, 6144, 4096, Layout.NT)
+    one = "cuda_wgmma sm_90a 128x96x64 w2x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"
+    pow2 = "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct"
+    split = "cuda_wgmma sm_90a 128x192x64 w2x1 s3 sw128 row/8 pred k2c dp c1x1 coop direct"
+    fits = {one, pow2, split}
+    assert check_script.kind(one, problem, fits) == "wave-fit, one slice, tile off the powers of two"
+    assert check_script.kind(pow2, problem, fits) == "wave-fit, one slice, power-of-two tile"
+    assert check_script.kind(split, problem, fits) == "wave-fit, split k2 cluster"
+    assert check_script.kind(pow2, problem, {one}) == "other proposal"

@@ -207,12 +207,18 @@ def _report_families(campaign, store, args) -> None:
     """NAME_families.csv: each challenger against the incumbent (the program each shape's
     first portfolio plan put first) in the same confirmation groups; printed as well. A run
     that timed the incumbents alone (a re-timing) has no challengers and writes no table."""
-    from gemmforge.search.family_means import COLUMNS, against_incumbents, markdown
+    from gemmforge.search.family_means import (
+        COLUMNS, against_incumbents, markdown, winners_against_incumbents)
     from gemmforge.search.grid_report import write_rows
 
     def incumbent_of(problem):
         return next(iter(store.planned(problem, "portfolio")), None)
 
+    won = winners_against_incumbents(campaign, incumbent_of)
+    if won["beside_incumbent"]:
+        print(f"winners: {won['changed']} of {won['shapes']} shapes changed; beside the "
+              f"incumbent in the same group at {won['beside_incumbent']}: "
+              f"{won['geomean']:.4f} geomean, {won['median']:.4f} median")
     rows = against_incumbents(campaign, incumbent_of)
     if not rows:
         print("no challenger was confirmed beside an incumbent: no families table")
