@@ -225,7 +225,8 @@ def test_report_of_the_shipped_file_alone(tmp_path, capsys):
 def test_a_rounds_challengers_against_the_incumbent_beside_them(tmp_path):
     """search.family_means: per challenger and FLOP decade, its selection ratio over the
     incumbent's in the same (latest) round, as a geomean over shapes, and where it was ahead."""
-    from gemmforge.search.family_means import against_incumbents, markdown
+    from gemmforge.search.family_means import (
+        against_incumbents, markdown, winners_against_incumbents)
     c = campaign(tmp_path / "c.db", tmp_path / "v.jsonl", shapes="4096x4096x8192,8192x8192x256")
     c.run()
     medium, large = sorted(c.problems, key=lambda p: p.flops)  # 2mnk 3.4e10; 2.7e11 (sustained)
@@ -249,6 +250,15 @@ def test_a_rounds_challengers_against_the_incumbent_beside_them(tmp_path):
     assert [r["program"] for r in rows][:3] == ["a"] * 3  # most shapes first, "all" last
     assert "| b | 1e11 | 1 | 0.970 | 0 |" in markdown(rows)
     assert against_incumbents(c, lambda p: "not confirmed") == []
+    # the round as a whole: each shape's winner ("a" at both) over the incumbent beside it
+    won = winners_against_incumbents(c, lambda p: "inc")
+    assert (won["shapes"], won["changed"], won["beside_incumbent"]) == (2, 2, 2)
+    assert won["geomean"] == pytest.approx((1.02 * 1.04) ** 0.5)
+    assert won["median"] == pytest.approx((1.02 + 1.04) / 2)
+    kept = winners_against_incumbents(c, lambda p: "a")  # the winner is the incumbent
+    assert (kept["changed"], kept["beside_incumbent"], kept["median"]) == (0, 0, None)
+    unconfirmed = winners_against_incumbents(c, lambda p: "not confirmed")
+    assert (unconfirmed["changed"], unconfirmed["beside_incumbent"]) == (2, 0)
 
 
 def test_the_report_of_a_run_with_incumbents_lists_its_challengers(tmp_path, capsys):
