@@ -61,7 +61,8 @@ def winners_against_incumbents(campaign, incumbent_of: Callable[[Problem], str |
         changed += 1
         results = {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
         if incumbent in results:
-            gains.append(selection_ratio(problem, winner) / selection_ratio(problem, results[incumbent]))
+            base = selection_ratio(problem, results[incumbent])
+            gains.append(selection_ratio(problem, winner) / base)
     return {"shapes": len(campaign.problems), "changed": changed, "beside_incumbent": len(gains),
             "geomean": geomean(gains), "median": statistics.median(gains) if gains else None}
 

@@ -41,10 +41,10 @@ MAX_THREAD_REGS = 255
 SETMAXNREG_MAX = 256         # setmaxnreg takes 24..256, multiples of 8
 PRODUCER_REGS = {1: 40, 2: 40, 3: 24, 4: 24}  # the TMA warpgroup's registers, by consumer count
 ACC_HEADROOM_REGS = 40       # addressing, descriptors and loop state beside the accumulators
+                             # (192 accumulators in 232 registers build without spills)
 WGMMA_OPERAND_REGS = 26      # one wgmma's registers beside its accumulator: ptxas compiles the
 # kernel at the launch's per-thread cap whatever setmaxnreg later grants, and refused m64n144k16
 # f32 (72 + 26 = 98) at 640 threads' cap of 96 while it took m64n136k16 (68 + 26 = 94)
-                             # (192 accumulators in 232 registers build without spills)
 MAX_CONSUMERS = 4
 MAX_CLUSTER_SIZE = 4         # CTAs sharing operands through multicast (portable limit: 8)
 MAX_CLUSTER_SLICES = 8       # split-K slices summed through one cluster (the portable limit)
