@@ -15,9 +15,10 @@ first; a byte count per SM is needed to weigh the second. So:
 with F_SM the dense fp16 rate per SM at a held clock and B_SM what one SM's TMA ring draws
 from L2 (both below, round figures from the earlier sessions' readings). The model ranks the
 shapes of a tile, nothing else: ring depth, warps, the producer's form and the reduction's
-form are left to ir.verify and the measurement. Checked against the H200 campaign stores'
-cooperative data-parallel programs (benchmarks/wave_fit_check.py, NOTES thirtieth session).
-Units: bytes, FLOPs, seconds.
+form are left to ir.verify and the measurement. Checked against the H200 campaign stores
+(benchmarks/wave_fit_check.py, NOTES thirtieth session): it ranks unlike programs well and its
+own close proposals poorly (it rates two-stage rings of the largest tiles as cheap), so it
+proposes and the measurement picks. Units: bytes, FLOPs, seconds.
 
     fits(problem, backend)   # FitShape proposals, cheapest predicted first
 """
@@ -30,7 +31,7 @@ from gemmforge.ir.program import TILE_STEP, Layout, Problem, Reduction
 
 SMS = 132                 # multiprocessors on H100/H200: one CTA each per wave
 F_SM = 0.8 * 989e12 / SMS  # FLOP/s an SM holds: the dense fp16 rate at ~1.5 GHz under load
-B_SM = 80e9               # bytes/s one SM's loads draw from L2 (the H100 nt rows: 60-100)
+B_SM = 80e9               # bytes/s one SM's loads draw from L2 (60-100 in the H200's nt rows)
 B_DRAM = 3.0e12           # bytes/s from memory (H100's 3.35 TB/s at the ~0.9 a copy reaches)
 WAVE_LATENCY_S = 1.5e-6   # a wave's first stage lands this long after its request (H100)
 REDUCE_LAUNCH_S = 2e-6    # a workspace split's second kernel
@@ -99,16 +100,15 @@ def fits(problem: Problem, backend, limit: int = 12) -> list[FitShape]:
     """Up to `limit` tile and split shapes for `problem`, cheapest predicted first, one per
     (swap_ab, bm, slices, waves): the bn with the cheapest prediction there, with its
     cheapest reduction (ties on the memory floor go to the cheaper roofline, then the
-    smaller tile). None outside
-    MIN_FLOPS..MAX_FLOPS or for a backend whose instruction is not wgmma-shaped (a 64-row
-    side, N in steps of 8)."""
+    smaller tile). None outside MIN_FLOPS..MAX_FLOPS or for a backend whose instruction is
+    not wgmma-shaped (a 64-row side, N in steps of 8)."""
     if not MIN_FLOPS <= problem.flops < MAX_FLOPS or tuple(backend.mma_shape[:2]) != (64, 8):
         return []
     swaps = [False]
     if True in backend.allowed.get("swap_ab", ()) and problem.layout == Layout.NT \
             and problem.m < problem.n:
         swaps.append(True)
-    best: dict[tuple, FitShape] = {}
+    best: dict[tuple, tuple[tuple, FitShape]] = {}  # key -> (rank, shape)
     for swap in swaps:
         bms, bns = _sides(problem, swap)
         for bm in (v for v in bms if v < problem.m + bms[0]):  # past M: no fewer tiles
