@@ -36,9 +36,8 @@ from gemmforge.search.grid_report import geomean
 MIN_PROGRAMS = 4
 
 
-def modelled(text: str) -> bool:
-    """Whether the model describes this program: cuda_wgmma, cooperative, data-parallel, c1x1."""
-    p = parse(text)
+def modelled(p) -> bool:
+    """Whether the model describes this Program: cuda_wgmma, cooperative, data-parallel, c1x1."""
     return (p.backend == "cuda_wgmma" and p.warp_spec == WarpSpec.COOPERATIVE
             and p.schedule == Schedule.DATA_PARALLEL and p.cluster.size == 1)
 
@@ -50,9 +49,11 @@ def readings(rows) -> dict[str, list[tuple[float, float]]]:
     for problem_text, _, text, status, _, result in rows:
         problem = parse_problem(problem_text)
         if status != "ok" or not wave_fit.MIN_FLOPS <= problem.flops < wave_fit.MAX_FLOPS \
-                or text in out[problem_text] or not modelled(text):
+                or text in out[problem_text]:
             continue
         p = parse(text)
+        if not modelled(p):
+            continue
         predicted = wave_fit.predicted_seconds(problem, p.tile.bm, p.tile.bn,
                                                p.split_k.slices, p.split_k.reduction)
         out[problem_text][text] = (predicted, json.loads(result)["kernel_us"])
@@ -110,7 +111,7 @@ def winners(reports: list[Path], before: Path) -> dict[str, int]:
     """Kind -> count over the reports' changed rows (module doc), and "changed"."""
     from gemmforge.backends import registry
     from gemmforge.ir.program import Arch, Layout, Problem
-    from gemmforge.policy.heuristic import _wave_fit_candidates
+    from gemmforge.policy.heuristic import wave_fit_programs
     from gemmforge.search.devices import device_class
     from gemmforge.search.report import read_csv
     old = {(r["device_class"], r["layout"], r["m"], r["n"], r["k"]): r["program"]
@@ -122,7 +123,7 @@ def winners(reports: list[Path], before: Path) -> dict[str, int]:
             if not r.ok or old.get(key) in (None, r.program):
                 continue
             problem = Problem(r.m, r.n, r.k, Layout(str(r.layout)))
-            fits = {str(p) for p in _wave_fit_candidates(
+            fits = {str(p) for p in wave_fit_programs(
                 registry.get("cuda_wgmma"), Arch.SM90A, problem)}
             counts["changed"] += 1
             counts[kind(r.program, problem, fits)] += 1

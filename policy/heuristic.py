@@ -181,7 +181,7 @@ WAVE_FIT_STAGE_BYTES = 32 * 1024  # a ring stage this big or more keeps 64-deep 
 _WAVE_FIT_WARPS = ((2, 1), (1, 1), (1, 2), (4, 1), (2, 2))
 
 
-def _wave_fit_candidates(backend, arch: Arch, problem: Problem):
+def wave_fit_programs(backend, arch: Arch, problem: Problem):
     """Programs from policy.wave_fit's tile and split shapes (cheapest predicted first),
     cooperative and data-parallel, each at the deepest ring it holds; warps and reductions
     other than the model's are tried only while verify refuses."""
@@ -286,7 +286,7 @@ class HeuristicPolicy:
             return []
         out: list[Program] = []
         for program in itertools.chain(_seeds(name, arch, problem),
-                                       _wave_fit_candidates(backend, arch, problem),
+                                       wave_fit_programs(backend, arch, problem),
                                        _small_candidates(backend, arch, problem),
                                        _candidates(backend, arch, problem)):
             if program not in out and check(program, problem) is None:

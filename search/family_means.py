@@ -24,6 +24,11 @@ from gemmforge.search.selection import latest_clean, selection_ratio
 COLUMNS = ("program", "decade", "shapes", "vs_incumbent", "ahead")
 
 
+def _latest_round(campaign, problem: Problem) -> dict:
+    """Program text -> Result of the shape's latest undisturbed confirmation round."""
+    return {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
+
+
 def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) -> list[dict]:
     """Rows (COLUMNS) per challenger and decade, then its "all", challengers with the most
     shapes first, from each shape's latest undisturbed confirmation round that holds both it
@@ -31,7 +36,7 @@ def against_incumbents(campaign, incumbent_of: Callable[[Problem], str | None]) 
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for problem in campaign.problems:
         incumbent = incumbent_of(problem)
-        results = {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
+        results = _latest_round(campaign, problem)
         if incumbent not in results:
             continue
         base = selection_ratio(problem, results[incumbent])
@@ -55,11 +60,12 @@ def winners_against_incumbents(campaign, incumbent_of: Callable[[Problem], str |
     carries the pick's optimism (about 1 %), so a later look is what confirms the gain."""
     changed, gains = 0, []
     for problem in campaign.problems:
-        winner, incumbent = campaign.winner(problem), incumbent_of(problem)
+        results, incumbent = _latest_round(campaign, problem), incumbent_of(problem)
+        # the winner as Campaign.winner picks it, from the same round
+        winner = max(results.values(), key=lambda r: selection_ratio(problem, r), default=None)
         if winner is None or incumbent is None or winner.program == incumbent:
             continue
         changed += 1
-        results = {r.program: r for r in latest_clean(*campaign.confirmations(problem))}
         if incumbent in results:
             base = selection_ratio(problem, results[incumbent])
             gains.append(selection_ratio(problem, winner) / base)

@@ -11,7 +11,7 @@ from gemmforge.ir.program import Arch, Layout, Problem, Reduction
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.policy import wave_fit
-from gemmforge.policy.heuristic import HeuristicPolicy, _seeds, _wave_fit_candidates
+from gemmforge.policy.heuristic import HeuristicPolicy, _seeds, wave_fit_programs
 
 from benchmark_scripts import load
 
@@ -73,7 +73,7 @@ def test_layout_nn_steps_unswapped_n_tiles_by_whole_swizzle_atoms():
                                            ((12288, 64, 16384), "nn"), ((333, 1000, 4096), "nn")])
 def test_every_wave_fit_program_is_legal(shape, layout):
     problem = Problem(*shape, Layout(layout))
-    programs = list(_wave_fit_candidates(WGMMA, Arch.SM90A, problem))
+    programs = list(wave_fit_programs(WGMMA, Arch.SM90A, problem))
     assert programs and all(check(p, problem) is None for p in programs)
     assert all(str(p.warp_spec) == "cooperative" for p in programs)
 
@@ -95,7 +95,7 @@ def test_wave_fit_comes_after_the_seeds(shape):
     # and the wave-fit programs follow the seeds
     problem = Problem(*shape, Layout.NT)
     seeds = [p for p in _seeds("cuda_wgmma", Arch.SM90A, problem) if check(p, problem) is None]
-    fits = list(_wave_fit_candidates(WGMMA, Arch.SM90A, problem))
+    fits = list(wave_fit_programs(WGMMA, Arch.SM90A, problem))
     proposals = HeuristicPolicy("cuda_wgmma").propose(problem, Arch.SM90A, 16)
     assert seeds and proposals[0] == seeds[0]
     first_fit = next(p for p in fits if p not in seeds)
