@@ -9,7 +9,8 @@ program) reading. A row counts only if it passed the correctness gate as far as 
 says: `status` ok where that column exists, `rel_err` within search.gate.tolerance where
 measured, and every gate column (GATE_COLUMNS, e.g. a campaign's post-timing re-gate) true
 where present. Rows of a replayed or synthetic device, or of another class than
---device-class, are refused too. Per (device class, layout, acc, shape), the program with
+--device-class or outside --shape-classes (a round that re-timed rows it was not aimed at:
+they keep the confirmation of the round that was), are refused too. Per (device class, layout, acc, shape), the program with
 the highest median speedup over its readings ships (ties: more readings), with the medians
 of its figures; where every reading of the shape has sustained_us and cublas_sustained_us
 (seconds under the power cap), the highest median sustained ratio picks instead. Rows already in the output file for other keys stay; keys in the input are
@@ -36,8 +37,10 @@ GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 PASSED = {"true", "ok", "pass", "passed", "1", "yes"}
 
 
-def refusal(row: dict, want_class: str | None) -> str | None:
-    """Why a CSV row can't count as a confirmed reading (None: it can)."""
+def refusal(row: dict, want_class: str | None,
+            shape_classes: frozenset[str] | None = None) -> str | None:
+    """Why a CSV row can't count as a confirmed reading (None: it can); `shape_classes`:
+    the classes (search.portfolio.CLASSES) whose rows may ship, None for all."""
     if (row.get("status") or "ok") != "ok":
         return f"status {row.get('status')}"
     for name in GATE_COLUMNS:
@@ -60,6 +63,10 @@ def refusal(row: dict, want_class: str | None) -> str | None:
         return "not measured on a GPU (replayed, synthetic or unnamed device)"
     if want_class is not None and cls != want_class:
         return f"device class {cls}, not {want_class}"
+    if shape_classes is not None:
+        from gemmforge.search.portfolio import shape_class
+        if shape_class(problem) not in shape_classes:
+            return f"shape class {shape_class(problem)}, not in {','.join(sorted(shape_classes))}"
     from gemmforge.ir.text import parse
     from gemmforge.ir.verify import check
     try:
@@ -79,7 +86,8 @@ def _speedup(row: dict) -> float:
     return float(value) if value else float(row["cublas_us"]) / float(row["kernel_us"])
 
 
-def read_readings(paths: list[Path], want_class: str | None):
+def read_readings(paths: list[Path], want_class: str | None,
+                  shape_classes: frozenset[str] | None = None):
     """{(class, problem): {program: [row, ...]}} of the rows that count, and a Counter of
     why the others were refused."""
     readings: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -87,7 +95,7 @@ def read_readings(paths: list[Path], want_class: str | None):
     for path in paths:
         with Path(path).open(newline="") as f:
             for row in csv.DictReader(f):
-                why = refusal(row, want_class)
+                why = refusal(row, want_class, shape_classes)
                 if why:
                     refused[why] += 1
                     continue
@@ -193,10 +201,11 @@ def _dumps(value, indent=None) -> str:
     return json.dumps(value, indent=indent, sort_keys=indent is not None, allow_nan=False)
 
 
-def ship(paths: list[Path], out: Path, command: str, want_class: str | None = None):
+def ship(paths: list[Path], out: Path, command: str, want_class: str | None = None,
+         shape_classes: frozenset[str] | None = None):
     """Build `out` from the CSVs at `paths`; returns (rows shipped, refusal Counter)."""
     measured = provenance(paths, command)
-    readings, refused = read_readings(paths, want_class)
+    readings, refused = read_readings(paths, want_class, shape_classes)
     measured["devices"] = sorted({r["device"] for by in readings.values()
                                   for rows in by.values() for r in rows})
     new = best_rows(readings, measured)

@@ -74,6 +74,23 @@ def test_merge_keeps_other_keys_and_replaces_the_shipped_ones(tmp_path):
     assert len(json.loads(out.read_text())["measurements"]) == 3
 
 
+def test_shape_classes_leave_the_other_classes_rows_as_shipped(tmp_path):
+    """A round that also re-timed large rows ships only its own classes' rows; the large
+    row keeps the program and provenance of the round that confirmed it."""
+    out = tmp_path / "s.json"
+    large, medium = (8192, 8192, 4096), (2048, 2048, 1024)
+    ship([_csv(tmp_path / "a.csv", [_row(A, 100, 1.1, shape=large)])], out, "large round")
+    rows = [_row(B, 100, 1.2, shape=large), _row(B, 10, 1.3, shape=medium)]
+    shipped, refused = ship([_csv(tmp_path / "b.csv", rows)], out, "medium round", "h100",
+                            frozenset({"small", "medium"}))
+    assert [r.problem for r in shipped] == [Problem(*medium)]
+    assert refused == {"shape class large, not in medium,small": 1}
+    by_shape = {r.problem: r for r in read(out).rows}
+    assert by_shape[Problem(*large)].program_text == A
+    assert by_shape[Problem(*large)].measured["command"] == "large round"
+    assert by_shape[Problem(*medium)].measured["command"] == "medium round"
+
+
 def test_cli(tmp_path, capsys):
     src = _csv(tmp_path / "a.csv", [_row(A, 100, 1.1)])
     out = tmp_path / "s.json"
@@ -84,6 +101,8 @@ def test_cli(tmp_path, capsys):
     assert "--from: no such file" in capsys.readouterr().err
     assert main(["ship", "--from", str(src), "--device-class", "replay", "--command", "m"]) == 2
     assert main(["ship", "--from", str(src), "--command", " "]) == 2
+    assert main(["ship", "--from", str(src), "--shape-classes", "medium,huge", "--command", "m"]) == 2
+    assert "--shape-classes: huge" in capsys.readouterr().err
     failed = _csv(tmp_path / "f.csv", [_row(A, 100, 1.1, status="failed")])
     assert main(["ship", "--from", str(failed), "--command", "m", "--out", str(out)]) == 1
     assert "refused 1 row(s): status failed" in capsys.readouterr().out

@@ -25,10 +25,18 @@ def cmd_ship(args) -> int:
         want = check_class(args.device_class) if args.device_class else None
     except ValueError as e:
         raise UsageError(f"--device-class: {e}") from None
+    from gemmforge.search.portfolio import CLASSES
+    shape_classes = None
+    if args.shape_classes:
+        shape_classes = frozenset(c.strip() for c in args.shape_classes.split(",") if c.strip())
+        unknown = sorted(shape_classes - set(CLASSES))
+        if unknown or not shape_classes:
+            raise UsageError(f"--shape-classes: {', '.join(unknown) or 'none given'}: "
+                             f"give a comma list of {', '.join(CLASSES)}")
     if not args.command.strip():
         raise UsageError("--command: say which command measured these files")
     out = Path(args.out) if args.out else DEFAULT_PATH
-    rows, refused = ship(paths, out, args.command, want)
+    rows, refused = ship(paths, out, args.command, want, shape_classes)
     for why, count in refused.most_common():
         print(f"refused {count} row(s): {why}")
     if not rows:
@@ -49,6 +57,9 @@ def add_to(sub) -> None:
     s.add_argument("--from", dest="sources", nargs="+", required=True, metavar="CSV",
                    help="confirmation CSVs (results-file columns)")
     s.add_argument("--device-class", help="ship only rows of this class (h100, h200, a100, ...)")
+    s.add_argument("--shape-classes", metavar="CLASSES",
+                   help="ship only rows of these shape classes, a comma list of small, medium, "
+                        "large (2mnk >= 1e11); the others keep their shipped rows (default: all)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
                                  "search/data/shipped.json)")
