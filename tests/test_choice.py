@@ -24,6 +24,7 @@ COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1
 MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
 HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 H100 = "NVIDIA H100 80GB HBM3"
+SHAPES = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
 
 
 @pytest.mark.parametrize("name, cls", [
@@ -196,8 +197,10 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     """The H200's 813 shapes below 1e11 from its own campaign's confirmations (twenty-eighth
     session: each shape's H100 program, its twins and the heuristic's proposals timed on an
     H200; benchmarks/README.md, grid_h200), those from 1e8 re-chosen in the thirtieth's
-    wave-fit round (wave_fit_h200_s30), its large class from the twenty-seventh's: one legal
-    program per grid shape, each with the command that measured it on an H200."""
+    wave-fit round (wave_fit_h200_s30) and those with K <= 512 and M x N >= 2^23 in the
+    thirty-first's output-bound round (output_bound_h200_s31), its large class from the
+    twenty-seventh's: one legal program per grid shape, each with the command that measured
+    it on an H200."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -206,13 +209,16 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert set(rows) == set(grid)
     below = [rows[p] for p in grid if p.flops < 1e11]
     assert len(below) == 813 and all(check(r.program, r.problem) is None for r in below)
+    bound = set(parse_shapes(f"@{SHAPES / 'output_bound_nn_h200.txt'}"))
+    assert sum(r.problem in bound for r in below) == 117
     for r in below:
-        store = ".carry/h200/wave_fit_" if r.problem.flops >= 1e8 else ".carry/h200/grid_h200_s28.db"
-        assert store in r.measured["command"] and r.measured["commit"]
+        store = ("output_bound_" if r.problem in bound else
+                 "wave_fit_" if r.problem.flops >= 1e8 else "grid_h200_s28.db")
+        assert f".carry/h200/{store}" in r.measured["command"] and r.measured["commit"]
         assert r.figures.get("cold_us") and r.figures.get("call_us")
     assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
     geo = geomean(r.speedup for r in below)
-    assert geo == pytest.approx(1.1394, abs=1e-4)
+    assert geo == pytest.approx(1.1441, abs=1e-4)
 
 
 def test_the_package_ships_the_nt_shapes_for_the_h200():
@@ -220,7 +226,8 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     shape's H100 program, its twins, the heuristic's proposals and the skinny list timed on an
     H200; benchmarks/README.md, nt_h200_s29; then a search round at the 31 under 1.0x,
     nt_weak_h200_s29; those from 1e8 to 1e11 re-chosen in the thirtieth's wave-fit round,
-    wave_fit_h200_s30), each legal, the large ones chosen under load."""
+    wave_fit_h200_s30, and the nine with K <= 512 and M x N >= 2^23 in the thirty-first's
+    output-bound round), each legal, the large ones chosen under load."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -232,15 +239,19 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     assert all(check(r.program, r.problem) is None for r in rows.values())
     weak = set(parse_shapes(f"@{root / 'nt_weak_h200.txt'}", "nt", "f32"))
     assert len(weak) == 31 and weak < set(rows)
+    bound = {p for p in parse_shapes(f"@{root / 'output_bound_nt_h200.txt'}", "nt", "f32")
+             if p.flops < 1e11}
+    assert len(bound) == 9 and bound < set(rows)
     for problem, r in rows.items():
-        store = ("wave_fit_" if 1e8 <= problem.flops < 1e11 else
+        store = ("output_bound_" if problem in bound else
+                 "wave_fit_" if 1e8 <= problem.flops < 1e11 else
                  "nt_weak_h200_s29.db" if problem in weak else "nt_h200_s29.db")
         assert f".carry/h200/{store}" in r.measured["command"] and r.measured["commit"]
         assert r.measured["devices"] == ["NVIDIA H200"] and r.figures.get("cold_us")
     large = [r for r in rows.values() if r.problem.flops >= 1e11]
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
     geo = geomean(r.speedup for r in rows.values())
-    assert geo == pytest.approx(1.1851, abs=1e-4)
+    assert geo == pytest.approx(1.1870, abs=1e-4)
 
 
 def _shipped_h100(problem: Problem) -> str:
