@@ -113,6 +113,26 @@ SEEDS_192 = (
     ("cute_cpp sm_90a 128x192x64 w2x1 s5 swnone row/8 pred k1 persistent c1x1 coop tma",
      lambda p: p.n % 192 == 0 and p.m <= 512),
 )
+# Output-bound problems: K <= 128 over an M x N of 3 * 2^23 or more, where writing C takes
+# longer than the MMAs. 128x256 persistent cooperative tiles with direct 16-byte stores go
+# first there: at the H200's grid rows with K <= 512 and M x N >= 2^23 (output_bound_h200_s31:
+# the shipped program beside these and eight other forms, best three confirmed warm and cold)
+# they won all 38 rows with K <= 128 and M x N >= 3 * 2^23, 7 of the 26 with less, none of
+# the 64 with K >= 256; at five K = 128 shapes the stream-K and ping-pong programs shipped
+# before read 0.87-0.95x cuBLAS and these 1.03-1.10x (benchmarks/NOTES.md, thirty-first session).
+OUTPUT_BOUND_MAX_K = 128
+OUTPUT_BOUND_MIN_MN = 3 << 23
+OUTPUT_BOUND = (
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x256x128 w2x1 s2 sw128 row/8 pred k1 persistent c1x1 coop direct",
+)
+
+
+def output_bound(problem: Problem) -> bool:
+    """Whether writing C outweighs the MMAs enough for the OUTPUT_BOUND forms to lead."""
+    return problem.k <= OUTPUT_BOUND_MAX_K and problem.m * problem.n >= OUTPUT_BOUND_MIN_MN
+
+
 PREFERRED = {Arch.SM90A: ("cuda_wgmma", "cuda_mma"), Arch.SM80: ("cuda_mma",)}
 """Backends `default_program` tries, in order, per arch (raw CUDA: emits standalone files)."""
 
@@ -264,11 +284,14 @@ def _small_hopper(problem: Problem) -> list[str]:
 
 def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
     from gemmforge.ir.text import parse
+    bound = [p.replace(pdl=problem.flops < SEED_MIN_FLOPS) for p in map(parse, OUTPUT_BOUND)
+             if p.backend == backend and p.arch == arch] if output_bound(problem) else []
     if problem.flops < SEED_MIN_FLOPS:
         small = _small_hopper(problem) if arch == Arch.SM90A else []
-        return [p for p in map(parse, small) if p.backend == backend]
+        return bound + [p for p in map(parse, small) if p.backend == backend]
     fitting = [text for text, fits in SEEDS_192 if fits(problem)]
-    return [p for p in map(parse, (*fitting, *SEEDS)) if p.backend == backend and p.arch == arch]
+    return bound + [p for p in map(parse, (*fitting, *SEEDS))
+                    if p.backend == backend and p.arch == arch]
 
 
 class HeuristicPolicy:

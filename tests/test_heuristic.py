@@ -108,6 +108,27 @@ def test_pdl_below_seed_flops_on_sm90a_only():
         assert program.pdl == (small.flops < heuristic.SEED_MIN_FLOPS)
 
 
+@pytest.mark.parametrize("shape, bound", [
+    ("16384x16384x128", True), ("2048x12288x64", True), ("12288x2048x128", True),
+    ("2048x8192x128", False),     # M x N 2^24: the ping-pong programs kept these rows
+    ("16384x16384x256", False),   # K 256: the MMAs take as long as writing C
+    ("16384x16384x128 nt f32", True),
+])
+def test_output_bound_problems_lead_with_persistent_coop_direct_stores(shape, bound):
+    """K <= 128 over M x N >= 3 * 2^23: the 128x256 persistent cooperative form with direct
+    stores first (pdl below the seeds' FLOPs, as the round's winners there), its 128-deep
+    twin next; elsewhere neither leads."""
+    problem = parse_problem(shape)
+    assert heuristic.output_bound(problem) == bound
+    first, second = HeuristicPolicy("cuda_wgmma").propose(problem, Arch.SM90A, 2)
+    lead = "128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop direct"
+    assert (lead in str(first)) == bound, str(first)
+    if bound:
+        assert "128x256x128 w2x1 s2" in str(second) and first.epilogue.value == "direct"
+        assert first.pdl == (problem.flops < SEED_MIN_FLOPS)
+        assert default_program(problem, Arch.SM90A) == first
+
+
 def test_long_k_over_half_a_wave_takes_128_deep_k_steps():
     """K >= 2048 and at least half a wave of 64x64 tiles: the dp seed steps K by 128 (its
     bk=128 twin read 1.039x over 48 grid shapes); a short K keeps the 64-deep step."""
