@@ -65,6 +65,9 @@ CUDA_WGMMA = [
     "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k2c dp c1x1 coop direct",
     "cuda_wgmma sm_90a 64x192x64 w1x1 s5 sw128 row/8 pred k2c dp c1x1 coop direct pdl",
     "cuda_wgmma sm_90a 8x192x64 w1x1 s8 sw128 row/8 pred k3c dp c1x1 coop direct swap pdl",
+    # the output-bound form's 128-deep twin (thirty-first session, shipped for the H200): one
+    # K step a tile at K = 128, two ring stages, direct stores
+    "cuda_wgmma sm_90a 128x256x128 w2x1 s2 sw128 row/8 pred k1 persistent c1x1 coop direct pdl",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
