@@ -55,7 +55,8 @@ def readings(rows) -> dict[str, list[tuple[float, float]]]:
         if not modelled(p):
             continue
         predicted = wave_fit.predicted_seconds(problem, p.tile.bm, p.tile.bn,
-                                               p.split_k.slices, p.split_k.reduction)
+                                               p.split_k.slices, p.split_k.reduction,
+                                               swap_ab=p.swap_ab)
         out[problem_text][text] = (predicted, json.loads(result)["kernel_us"])
     return {k: list(v.values()) for k, v in out.items() if len(v) >= MIN_PROGRAMS}
 

@@ -13,12 +13,16 @@ first; a byte count per SM is needed to weigh the second. So:
            + waves x a wave's first-stage latency + the split's reduction
 
 with F_SM the dense fp16 rate per SM at a held clock and B_SM what one SM's TMA ring draws
-from L2 (both below, round figures from the earlier sessions' readings). The model ranks the
-shapes of a tile, nothing else: ring depth, warps, the producer's form and the reduction's
-form are left to ir.verify and the measurement. Checked against the H200 campaign stores
-(benchmarks/wave_fit_check.py, NOTES thirtieth session): it ranks unlike programs well and its
-own close proposals poorly (it rates two-stage rings of the largest tiles as cheap), so it
-proposes and the measurement picks. Units: bytes, FLOPs, seconds.
+from L2 (both below, round figures from the earlier sessions' readings). A wave holds fewer
+CTAs when a split's slices form clusters (a cluster stays inside one GPC: RESIDENT_CTAS), and
+an in-kernel split whose accumulators fill a thread's registers pays its last slice's sum in
+L2 round trips (SUM_ROUND_TRIP_S). The model ranks the shapes of a tile, nothing else: ring
+depth, warps, the producer's form and the reduction's form are left to ir.verify and the
+measurement. Checked against the H200 campaign stores (benchmarks/wave_fit_check.py): it ranks
+unlike programs well; among its own close proposals its first pick was 13-21 % behind the best
+measured before the clusters' residency was counted, 8-11 % after (NOTES, thirtieth and
+thirty-first sessions), still blind to ring depth, so it proposes and the measurement picks.
+Units: bytes, FLOPs, seconds.
 
     fits(problem, backend)   # FitShape proposals, cheapest predicted first
 """
@@ -42,6 +46,14 @@ ROW_SIDE = 64             # wgmma's M side: the 64-row side takes multiples of t
 MAX_SIDE = 256            # one TMA box
 HALF = 2                  # bytes of an fp16 element
 PARTIAL = 4               # bytes of an fp32 partial sum
+RESIDENT_CTAS = {1: 132, 2: 132, 3: 117, 4: 120, 5: 110, 6: 102, 7: 105, 8: 120}
+"""CTAs resident at once in clusters of each size, one CTA an SM (cudaOccupancyMaxActiveClusters
+on an H200: 132, 66, 39, 30, 22, 17, 15, 15 clusters; a cluster stays inside a GPC). A split
+summed through the cluster makes each tile's slices one cluster, so 32 tiles in k4c are 128
+CTAs and two waves: at 2048x256x16384 128x128 k4c read 57.5 us against 44 for k4i (thirty-first
+session)."""
+SUM_ROUND_TRIP_S = 1.3e-6  # an in-kernel split's last slice, per L2 round trip of its sum
+IN_KERNEL_FREE_REGS = 64   # accumulator registers a thread may hold and still batch that sum
 
 
 @dataclass(frozen=True)
@@ -66,9 +78,10 @@ def _sides(problem: Problem, swap: bool) -> tuple[list[int], list[int]]:
 
 
 def predicted_seconds(problem: Problem, bm: int, bn: int, slices: int,
-                      reduction: Reduction, floor: bool = True) -> float:
+                      reduction: Reduction, floor: bool = True, swap_ab: bool = False) -> float:
     """The model's time for `problem` in bm x bn tiles and `slices` K slices (without the
-    memory floor if not `floor`: what ranks shapes the floor ties)."""
+    memory floor if not `floor`: what ranks shapes the floor ties), one consumer warpgroup
+    per 64 rows of the wgmma's 64-row side (N with `swap_ab`, else M)."""
     m, n, k = problem.m, problem.n, problem.k
     ctas = math.ceil(m / bm) * math.ceil(n / bn) * slices
     k_slice = math.ceil(k / slices)
@@ -76,7 +89,8 @@ def predicted_seconds(problem: Problem, bm: int, bn: int, slices: int,
     loaded = (min(bm, m) + min(bn, n)) * k_slice * HALF  # TMA fills rows past the edge free
     per_cta = max(flops / F_SM, loaded / B_SM)
     unique = (m * k + n * k + m * n) * HALF
-    waves = math.ceil(ctas / SMS)
+    cluster = slices if reduction == Reduction.CLUSTER else 1
+    waves = math.ceil(ctas / RESIDENT_CTAS[cluster])
     seconds = max(waves * per_cta, unique / B_DRAM if floor else 0) + waves * WAVE_LATENCY_S
     if slices > 1:
         if reduction == Reduction.CLUSTER:  # partials cross the cluster's shared memory
@@ -85,6 +99,12 @@ def predicted_seconds(problem: Problem, bm: int, bn: int, slices: int,
             seconds += 2 * m * n * PARTIAL * slices / B_DRAM
             if reduction == Reduction.WORKSPACE:
                 seconds += REDUCE_LAUNCH_S
+        narrow = bm if swap_ab else bn  # a warpgroup's accumulators: 64 x narrow, fp32
+        if reduction == Reduction.INKERNEL and narrow // 2 > IN_KERNEL_FREE_REGS:
+            # the last slice sums each accumulator pair's planes in turn, one L2 round trip
+            # a pair when the accumulators leave no registers for more loads in flight (at
+            # 2048x256x16384, 128x256 k8i 124 us where the workspace's k8 took 36)
+            seconds += narrow // 4 * SUM_ROUND_TRIP_S
     return seconds
 
 
@@ -120,9 +140,10 @@ def fits(problem: Problem, backend, limit: int = 12) -> list[FitShape]:
                     key = (swap, bm, slices, math.ceil(ctas / SMS))
                     for reduction in _reductions(backend, slices):
                         shape = FitShape(swap, bm, bn, slices, reduction, predicted_seconds(
-                            problem, bm, bn, slices, reduction))
+                            problem, bm, bn, slices, reduction, swap_ab=swap))
                         rank = (shape.seconds, predicted_seconds(
-                            problem, bm, bn, slices, reduction, floor=False), bm * bn)
+                            problem, bm, bn, slices, reduction, floor=False, swap_ab=swap),
+                            bm * bn)
                         if key not in best or rank < best[key][0]:
                             best[key] = (rank, shape)
     return [shape for _, shape in sorted(best.values(), key=lambda v: v[0])][:limit]

@@ -59,6 +59,34 @@ def test_the_model_charges_waves_splits_and_memory():
         wave_fit.predicted_seconds(decode, 8, 64, 1, Reduction.WORKSPACE)
 
 
+def test_clusters_of_slices_count_the_ctas_a_gpc_holds():
+    """k4c makes each tile's four slices one cluster, and 30 clusters of four fit at once: 32
+    tiles (2048x256 in 128x128) are two waves, 30 tiles one; without a cluster 128 CTAs fit."""
+    assert all(wave_fit.RESIDENT_CTAS[c] % c == 0 and wave_fit.RESIDENT_CTAS[c] <= wave_fit.SMS
+               for c in range(1, wave_fit.MAX_SLICES + 1))
+    full, fits = Problem(2048, 256, 16384, Layout.NN), Problem(1920, 256, 16384, Layout.NN)
+    per_tile = {p: wave_fit.predicted_seconds(p, 128, 128, 4, Reduction.CLUSTER, floor=False)
+                for p in (full, fits)}
+    assert per_tile[full] > 1.8 * per_tile[fits]  # one more wave, nearly the same tiles
+    assert wave_fit.predicted_seconds(full, 128, 128, 4, Reduction.WORKSPACE, floor=False) < \
+        per_tile[full]
+
+
+def test_an_in_kernel_sum_over_wide_accumulators_is_charged_its_round_trips():
+    """128x256 k8i (128 accumulator registers a thread) read 124 us where the workspace's k8
+    read 36 at 2048x256x16384; 128x128 (64 a thread) batches its loads and is not charged."""
+    p = Problem(2048, 256, 16384, Layout.NN)
+    wide_i = wave_fit.predicted_seconds(p, 128, 256, 8, Reduction.INKERNEL)
+    wide_ws = wave_fit.predicted_seconds(p, 128, 256, 8, Reduction.WORKSPACE)
+    assert wide_i - wide_ws > 60e-6
+    narrow_i = wave_fit.predicted_seconds(p, 128, 128, 4, Reduction.INKERNEL)
+    narrow_ws = wave_fit.predicted_seconds(p, 128, 128, 4, Reduction.WORKSPACE)
+    assert narrow_i < narrow_ws
+    swapped = Problem(16, 4096, 4096, Layout.NT)  # the 16-row token side holds 8 registers
+    assert wave_fit.predicted_seconds(swapped, 16, 256, 2, Reduction.INKERNEL, swap_ab=True) < \
+        wave_fit.predicted_seconds(swapped, 16, 256, 2, Reduction.WORKSPACE, swap_ab=True)
+
+
 def test_layout_nn_steps_unswapped_n_tiles_by_whole_swizzle_atoms():
     nn = wave_fit.fits(Problem(128, 12288, 1024, Layout.NN), WGMMA, limit=50)
     assert nn and all(f.bn % 64 == 0 and not f.swap_ab for f in nn)
