@@ -48,7 +48,8 @@ HALF = 2                  # bytes of an fp16 element
 PARTIAL = 4               # bytes of an fp32 partial sum
 RESIDENT_CTAS = {1: 132, 2: 132, 3: 117, 4: 120, 5: 110, 6: 102, 7: 105, 8: 120}
 """CTAs resident at once in clusters of each size, one CTA an SM (cudaOccupancyMaxActiveClusters
-on an H200: 132, 66, 39, 30, 22, 17, 15, 15 clusters; a cluster stays inside a GPC). A split
+on an H200: 132, 66, 39, 30, 22, 17, 15, 15 clusters; a cluster stays inside a GPC; an H100's
+clusters of four held ~120 CTAs too, twenty-fifth session). A split
 summed through the cluster makes each tile's slices one cluster, so 32 tiles in k4c are 128
 CTAs and two waves: at 2048x256x16384 128x128 k4c read 57.5 us against 44 for k4i (thirty-first
 session)."""
