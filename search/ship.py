@@ -29,6 +29,7 @@ from pathlib import Path
 
 from gemmforge.ir.program import IRError, Problem
 from gemmforge.search.devices import device_class
+from gemmforge.search.portfolio import shape_class
 from gemmforge.search.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
 
 GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
@@ -63,10 +64,8 @@ def refusal(row: dict, want_class: str | None,
         return "not measured on a GPU (replayed, synthetic or unnamed device)"
     if want_class is not None and cls != want_class:
         return f"device class {cls}, not {want_class}"
-    if shape_classes is not None:
-        from gemmforge.search.portfolio import shape_class
-        if shape_class(problem) not in shape_classes:
-            return f"shape class {shape_class(problem)}, not in {','.join(sorted(shape_classes))}"
+    if shape_classes is not None and shape_class(problem) not in shape_classes:
+        return f"shape class {shape_class(problem)}, not in {','.join(sorted(shape_classes))}"
     from gemmforge.ir.text import parse
     from gemmforge.ir.verify import check
     try:

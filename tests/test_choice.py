@@ -170,9 +170,8 @@ def test_the_package_ships_the_nt_sample_and_llm_layers_for_the_h100():
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows if r.device_class == "h100"
             and str(r.problem.layout) == "nt"}
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
-    want = {*parse_shapes(f"@{root / 'small_medium_sample.txt'}", "nt", "f32"),
-            *parse_shapes(f"@{root / 'llm_layers.txt'}", "nt", "f32")}
+    want = {*parse_shapes(f"@{SHAPES / 'small_medium_sample.txt'}", "nt", "f32"),
+            *parse_shapes(f"@{SHAPES / 'llm_layers.txt'}", "nt", "f32")}
     assert set(rows) == want and len(want) == 160
     assert all(check(r.program, r.problem) is None for r in rows.values())
     assert all(r.measured["command"].startswith("gemmforge campaign") and r.measured["commit"]
@@ -234,12 +233,11 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
             if r.device_class == "h200" and str(r.problem.layout) == "nt"}
     h100 = {r.problem for r in book.rows
             if r.device_class == "h100" and str(r.problem.layout) == "nt"}
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
-    assert set(rows) == h100 == set(parse_shapes(f"@{root / 'nt_shipped.txt'}", "nt", "f32"))
+    assert set(rows) == h100 == set(parse_shapes(f"@{SHAPES / 'nt_shipped.txt'}", "nt", "f32"))
     assert all(check(r.program, r.problem) is None for r in rows.values())
-    weak = set(parse_shapes(f"@{root / 'nt_weak_h200.txt'}", "nt", "f32"))
+    weak = set(parse_shapes(f"@{SHAPES / 'nt_weak_h200.txt'}", "nt", "f32"))
     assert len(weak) == 31 and weak < set(rows)
-    bound = {p for p in parse_shapes(f"@{root / 'output_bound_nt_h200.txt'}", "nt", "f32")
+    bound = {p for p in parse_shapes(f"@{SHAPES / 'output_bound_nt_h200.txt'}", "nt", "f32")
              if p.flops < 1e11}
     assert len(bound) == 9 and bound < set(rows)
     for problem, r in rows.items():
