@@ -196,10 +196,11 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     """The H200's 813 shapes below 1e11 from its own campaign's confirmations (twenty-eighth
     session: each shape's H100 program, its twins and the heuristic's proposals timed on an
     H200; benchmarks/README.md, grid_h200), those from 1e8 re-chosen in the thirtieth's
-    wave-fit round (wave_fit_h200_s30) and those with K <= 512 and M x N >= 2^23 in the
-    thirty-first's output-bound round (output_bound_h200_s31), its large class from the
-    twenty-seventh's: one legal program per grid shape, each with the command that measured
-    it on an H200."""
+    wave-fit round (wave_fit_h200_s30), those with K <= 512 and M x N >= 2^23 in the
+    thirty-first's output-bound round (output_bound_h200_s31) and those with K >= 4096 and
+    M x N <= 2^21 in the thirty-second's long-K split round (long_k_split_h200_s32), its large
+    class from the twenty-seventh's: one legal program per grid shape, each with the command
+    that measured it on an H200."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -210,14 +211,17 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert len(below) == 813 and all(check(r.program, r.problem) is None for r in below)
     bound = set(parse_shapes(f"@{SHAPES / 'output_bound_nn_h200.txt'}"))
     assert sum(r.problem in bound for r in below) == 117
+    long_k = set(parse_shapes(f"@{SHAPES / 'long_k_split_nn_h200.txt'}"))
+    assert len(long_k) == 152 and long_k < {r.problem for r in below} and not long_k & bound
     for r in below:
         store = ("output_bound_" if r.problem in bound else
+                 "long_k_split_" if r.problem in long_k else
                  "wave_fit_" if r.problem.flops >= 1e8 else "grid_h200_s28.db")
         assert f".carry/h200/{store}" in r.measured["command"] and r.measured["commit"]
         assert r.figures.get("cold_us") and r.figures.get("call_us")
     assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
     geo = geomean(r.speedup for r in below)
-    assert geo == pytest.approx(1.1441, abs=1e-4)
+    assert geo == pytest.approx(1.1462, abs=1e-4)
 
 
 def test_the_package_ships_the_nt_shapes_for_the_h200():
@@ -225,8 +229,9 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     shape's H100 program, its twins, the heuristic's proposals and the skinny list timed on an
     H200; benchmarks/README.md, nt_h200_s29; then a search round at the 31 under 1.0x,
     nt_weak_h200_s29; those from 1e8 to 1e11 re-chosen in the thirtieth's wave-fit round,
-    wave_fit_h200_s30, and the nine with K <= 512 and M x N >= 2^23 in the thirty-first's
-    output-bound round), each legal, the large ones chosen under load."""
+    wave_fit_h200_s30, the nine with K <= 512 and M x N >= 2^23 in the thirty-first's
+    output-bound round and the 32 with K >= 4096 and M x N <= 2^21 in the thirty-second's
+    long-K split round), each legal, the large ones chosen under load."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -240,8 +245,11 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     bound = {p for p in parse_shapes(f"@{SHAPES / 'output_bound_nt_h200.txt'}", "nt", "f32")
              if p.flops < 1e11}
     assert len(bound) == 9 and bound < set(rows)
+    long_k = set(parse_shapes(f"@{SHAPES / 'long_k_split_nt_h200.txt'}", "nt", "f32"))
+    assert len(long_k) == 32 and long_k < set(rows) and not long_k & bound
     for problem, r in rows.items():
         store = ("output_bound_" if problem in bound else
+                 "long_k_split_" if problem in long_k else
                  "wave_fit_" if 1e8 <= problem.flops < 1e11 else
                  "nt_weak_h200_s29.db" if problem in weak else "nt_h200_s29.db")
         assert f".carry/h200/{store}" in r.measured["command"] and r.measured["commit"]
@@ -249,7 +257,7 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     large = [r for r in rows.values() if r.problem.flops >= 1e11]
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
     geo = geomean(r.speedup for r in rows.values())
-    assert geo == pytest.approx(1.1870, abs=1e-4)
+    assert geo == pytest.approx(1.1893, abs=1e-4)
 
 
 def _shipped_h100(problem: Problem) -> str:

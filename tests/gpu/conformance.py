@@ -68,6 +68,10 @@ CUDA_WGMMA = [
     # the output-bound form's 128-deep twin (thirty-first session, shipped for the H200): one
     # K step a tile at K = 128, two ring stages, direct stores
     "cuda_wgmma sm_90a 128x256x128 w2x1 s2 sw128 row/8 pred k1 persistent c1x1 coop direct pdl",
+    # the long-K split round's forms (thirty-second session, shipped for the H200): a cooperative
+    # tile split four ways through the workspace, and 128x64 tiles in a cluster along N
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s7 sw128 row/8 pred k4 dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k1 dp c1x2 coop direct",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
