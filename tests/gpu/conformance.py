@@ -72,6 +72,11 @@ CUDA_WGMMA = [
     # tile split four ways through the workspace, and 128x64 tiles in a cluster along N
     "cuda_wgmma sm_90a 128x128x64 w2x1 s7 sw128 row/8 pred k4 dp c1x1 coop direct",
     "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k1 dp c1x2 coop direct",
+    # the streaming round's forms (same session): 192 rows by 64 in clusters along N (A
+    # multicast), two consumers side by side on 192x128, and B loaded evict-first
+    "cuda_wgmma sm_90a 192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl",
+    "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 dp c1x2 coop direct pdl",
+    "cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct l2first",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
