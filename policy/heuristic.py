@@ -133,6 +133,50 @@ def output_bound(problem: Problem) -> bool:
     return problem.k <= OUTPUT_BOUND_MAX_K and problem.m * problem.n >= OUTPUT_BOUND_MIN_MN
 
 
+# Long K over 16 or 32 output tiles of 128x128: the tile split 8 or 4 ways through the
+# workspace (128 CTAs, then the reduce kernel), as cuBLAS runs 2048x256x16384 on an H200. In
+# the thirty-second session's long-K round (long_k_split_h200_s32: the shipped program beside
+# 14 split forms at the H200's rows with K >= 4096 and M x N <= 2^21) the form was ahead at 7
+# of the 8 rows with M, N >= 256 and K = 16384 and at 2 of 4 with 32 tiles and K = 12288;
+# with a shorter K, or 128 on a side, other forms stayed ahead.
+def long_k_split(problem: Problem) -> str | None:
+    """The workspace split that leads for `problem`, or None where none should."""
+    tiles = math.ceil(problem.m / 128) * math.ceil(problem.n / 128)
+    if min(problem.m, problem.n) < 256 or tiles not in (16, 32):
+        return None
+    if problem.k < (16384 if tiles == 16 else 12288):
+        return None
+    stages, slices = (6, 8) if tiles == 16 else (7, 4)
+    return (f"cuda_wgmma sm_90a 128x128x64 w2x1 s{stages} sw128 row/8 pred k{slices} dp c1x1 "
+            "coop direct")
+
+
+# A narrow side streaming the other operand past it: 128 CTAs that each hold one slice of the
+# long side, as cuBLAS runs them (192 by 64, in pairs sharing the streamed tile). In the same
+# session's streaming round (stream_h200_s32: 105 nn and 20 nt rows with N = 128 or 256 and
+# M >= 2048, or M = 64 or 128 and N >= 4096) 192x64 tiles in clusters along N (A multicast to
+# both N tiles) won all six 12288x128 rows (+5-17 % beside the programs they replaced), 64x192
+# tiles loading B evict-first ten rows at M <= 128 with N = 12288, 64x128 ones five with 96-128
+# CTAs; where the grid came out at other sizes (16384 x 128: 172 CTAs) they did not.
+def streaming(problem: Problem) -> list[str]:
+    """The streaming forms that lead for `problem` (empty where none should)."""
+    m, n = problem.m, problem.n
+    if problem.k < 1024:
+        return []
+    if n == 128 and 120 <= 2 * math.ceil(m / 192) <= 132:
+        return ["cuda_wgmma sm_90a 192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl"]
+    if m > 128:
+        return []
+    forms = []
+    if 60 <= math.ceil(n / 192) <= 66:
+        forms.append("cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct "
+                     "l2first")
+    if 96 <= math.ceil(n / 128) * math.ceil(m / 64) <= 132:
+        forms.append("cuda_wgmma sm_90a 64x128x64 w1x1 s9 sw128 row/8 pred k1 dp c1x1 coop direct "
+                     "l2first")
+    return forms
+
+
 PREFERRED = {Arch.SM90A: ("cuda_wgmma", "cuda_mma"), Arch.SM80: ("cuda_mma",)}
 """Backends `default_program` tries, in order, per arch (raw CUDA: emits standalone files)."""
 
@@ -286,6 +330,9 @@ def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
     from gemmforge.ir.text import parse
     bound = [p.replace(pdl=problem.flops < SEED_MIN_FLOPS) for p in map(parse, OUTPUT_BOUND)
              if p.backend == backend and p.arch == arch] if output_bound(problem) else []
+    split = long_k_split(problem)
+    bound += [p for p in map(parse, (*([split] if split else []), *streaming(problem)))
+              if p.backend == backend and p.arch == arch]
     if problem.flops < SEED_MIN_FLOPS:
         small = _small_hopper(problem) if arch == Arch.SM90A else []
         return bound + [p for p in map(parse, small) if p.backend == backend]

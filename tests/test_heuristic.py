@@ -139,3 +139,46 @@ def test_long_k_over_half_a_wave_takes_128_deep_k_steps():
     assert long_k.tile.bm * long_k.tile.bn <= 64 * 128
     short_k = default_program(Problem(4096, 256, 1024, Layout.NN), Arch.SM90A)
     assert short_k.tile.bk == 64
+
+
+@pytest.mark.parametrize("shape, lead", [
+    ("2048x256x16384", "128x128x64 w2x1 s7 sw128 row/8 pred k4 dp c1x1 coop direct"),
+    ("512x512x16384", "128x128x64 w2x1 s6 sw128 row/8 pred k8 dp c1x1 coop direct"),
+    ("1024x512x12288 nt f32", "128x128x64 w2x1 s7 sw128 row/8 pred k4 dp c1x1 coop direct"),
+    ("512x512x12288", None),      # 16 tiles: the k8 form was behind at K = 12288
+    ("2048x256x8192", None),      # K 8192: the unsplit 64x64 program stayed ahead
+    ("128x2048x16384", None),     # 128 on a side: other forms stayed ahead
+])
+def test_long_k_over_few_tiles_leads_with_a_workspace_split(shape, lead):
+    """16 or 32 output tiles of 128x128 with a long K: the tile split 8 or 4 ways through the
+    workspace first (the thirty-second session's long-K round); elsewhere it does not lead."""
+    problem = parse_problem(shape)
+    first = default_program(problem, Arch.SM90A)
+    assert (heuristic.long_k_split(problem) is not None) == (lead is not None)
+    if lead:
+        assert str(first) == f"cuda_wgmma sm_90a {lead}"
+    else:
+        assert first.split_k.slices == 1 or "128x128x64 w2x1" not in str(first)
+
+
+@pytest.mark.parametrize("shape, lead", [
+    ("12288x128x2048", "192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl"),
+    ("12288x128x16384 nt f32", "192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl"),
+    ("128x12288x4096", "64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct l2first"),
+    ("64x12288x8192", "64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct l2first"),
+    ("128x8192x8192", "64x128x64 w1x1 s9 sw128 row/8 pred k1 dp c1x1 coop direct l2first"),
+    ("16384x128x4096", None),     # 172 CTAs of 192x64: more than a wave
+    ("128x12288x512", None),      # K < 1024
+    ("4096x4096x4096", None),
+])
+def test_a_narrow_side_leads_with_the_streaming_forms(shape, lead):
+    """A narrow side whose other side fills ~128 CTAs: 192x64 tiles in clusters along N at
+    N = 128, 64-row tiles loading B evict-first at M <= 128 (the streaming round); elsewhere
+    none of them leads."""
+    problem = parse_problem(shape)
+    first = default_program(problem, Arch.SM90A)
+    assert bool(heuristic.streaming(problem)) == (lead is not None)
+    if lead:
+        assert str(first) == f"cuda_wgmma sm_90a {lead}"
+    else:
+        assert first.cluster.cn == 1 and first.l2_hint.value == "none"
