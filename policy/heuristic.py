@@ -136,8 +136,8 @@ def output_bound(problem: Problem) -> bool:
 # Long K over 16 or 32 output tiles of 128x128: the tile split 8 or 4 ways through the
 # workspace (128 CTAs, then the reduce kernel), as cuBLAS runs 2048x256x16384 on an H200. In
 # the thirty-second session's long-K round (long_k_split_h200_s32: the shipped program beside
-# 14 split forms at the H200's rows with K >= 4096 and M x N <= 2^21) the form was ahead at 7
-# of the 8 rows with M, N >= 256 and K = 16384 and at 2 of 4 with 32 tiles and K = 12288;
+# 14 split forms at the H200's rows with K >= 4096 and M x N <= 2^21) the form won all 7
+# rows with M, N >= 256 and K = 16384 and 2 of the 4 with 32 tiles and K = 12288;
 # with a shorter K, or 128 on a side, other forms stayed ahead.
 def long_k_split(problem: Problem) -> str | None:
     """The workspace split that leads for `problem`, or None where none should."""
@@ -155,7 +155,7 @@ def long_k_split(problem: Problem) -> str | None:
 # long side, as cuBLAS runs them (192 by 64, in pairs sharing the streamed tile). In the same
 # session's streaming round (stream_h200_s32: 105 nn and 20 nt rows with N = 128 or 256 and
 # M >= 2048, or M = 64 or 128 and N >= 4096) 192x64 tiles in clusters along N (A multicast to
-# both N tiles) won all six 12288x128 rows (+5-17 % beside the programs they replaced), 64x192
+# both N tiles) won all six 12288x128 rows (+4-18 % beside the programs they replaced), 64x192
 # tiles loading B evict-first ten rows at M <= 128 with N = 12288, 64x128 ones five with 96-128
 # CTAs; where the grid came out at other sizes (16384 x 128: 172 CTAs) they did not.
 def streaming(problem: Problem) -> list[str]:
