@@ -1,7 +1,8 @@
 """Issue 4's "what limits it": which kernel cuBLAS picks per shape, and the clock and power
 the GPU holds while a large GEMM runs.
 
-    python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192]
+    python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192 | @FILE]
+                                         [--mirror programs.txt] [--layout nn]
                                          [--sustain 8192x8192x8192] [--seconds 5]
                                          [--programs benchmarks/programs/sustain_8192.txt]
 
@@ -9,6 +10,11 @@ Per shape: torch.matmul (B as K x N, and B stored N x K passed transposed: the N
 calls search.bench times) run under torch.profiler; printed is each call's CUDA kernel
 names and times (the name carries cuBLAS's tile, cluster and split-K choice, e.g.
 "..._tilesize128x256x64_cluster2x1x1_..._execute_segment_k_off_...").
+
+With --mirror FILE: each shape's cuBLAS kernels (NN and TN: search.bench's baseline is the
+faster) written as cuda_wgmma programs (mirror(): the nvjet name read column-major, as cuBLAS
+computes C^T), the distinct ones into FILE, to time beside the shipped programs (`gemmforge
+campaign --portfolio all=FILE`; benchmarks/NOTES.md, thirty-second session).
 
 With --sustain: cuBLAS NN at that shape (then each --program, then cuBLAS again) back to
 back for --seconds each while nvidia-smi samples
@@ -21,6 +27,8 @@ above what the held clock allows needs a higher clock, not a better kernel.
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -39,6 +47,48 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     except ValueError:
         raise SystemExit(f"shape {text!r}: write MxNxK, e.g. 8192x8192x8192") from None
     return m, n, k
+
+
+# cuBLAS's Hopper GEMM kernels name their tile, k-step, ring depth and cluster, in cuBLAS's
+# column-major terms: the first side of each pair runs along cuBLAS's M, which is our N.
+NVJET = re.compile(r"nvjet_sm90_hsh_(?P<along_n>\d+)x(?P<along_m>\d+)_(?P<bk>\d+)x(?P<stages>\d+)_"
+                   r"(?P<cluster_n>\d)x(?P<cluster_m>\d)_[hv]_bz(?P<rest>\w*)")
+SPLIT_TARGET_CTAS = 128  # the name does not carry the slice count: enough slices for ~a wave
+
+
+def mirror(kernel_name: str, shape: tuple[int, int, int], layout: str = "nn") -> str | None:
+    """cuBLAS's kernel `kernel_name` at `shape` (M, N, K) as a cuda_wgmma program that
+    ir.verify accepts for it (the name's ring depth, lowered until it fits), or None: not an
+    nvjet GEMM kernel, a tile narrower than one 64-row MMA on our M side (cuBLAS's decode
+    kernels: our unswapped kernels cannot take it), or nothing legal."""
+    from gemmforge.ir import check, parse, parse_problem
+    found = NVJET.search(kernel_name)
+    if not found:
+        return None
+    bm, bn = int(found["along_m"]), int(found["along_n"])
+    if bm < 64:
+        return None
+    m, n, k = shape
+    slices = 1
+    if "splitK" in found["rest"]:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        slices = max(2, min(8, round(SPLIT_TARGET_CTAS / tiles)))
+    consumers = {192: 1, 256: 2}.get(bm, bm // 64)
+    problem = parse_problem(f"{m}x{n}x{k} {layout} f32")
+    for stages in range(int(found["stages"]), 1, -1):
+        text = (f"cuda_wgmma sm_90a {bm}x{bn}x{found['bk']} w{consumers}x1 s{stages} sw128 row/8 "
+                f"pred k{slices} dp c{found['cluster_m']}x{found['cluster_n']} coop direct")
+        if check(parse(text), problem) is None:
+            return text
+    return None
+
+
+def shapes_of(text: str) -> list[str]:
+    """`--shapes`: MxNxK,... or @FILE (one a line, '#' comments)."""
+    if text.startswith("@"):
+        lines = Path(text[1:]).read_text().splitlines()
+        return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+    return text.split(",")
 
 
 def kernels_of(fn) -> list[tuple[str, float]]:
@@ -84,7 +134,11 @@ def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default="12288x256x16384,12288x8192x1024,8192x8192x8192")
+    ap.add_argument("--shapes", default="12288x256x16384,12288x8192x1024,8192x8192x8192",
+                    help="MxNxK,... or @FILE")
+    ap.add_argument("--mirror", type=Path,
+                    help="write each shape's cuBLAS kernels as cuda_wgmma programs here")
+    ap.add_argument("--layout", default="nn", help="--mirror: the layout the programs serve")
     ap.add_argument("--sustain", help="MxNxK to run back to back while sampling clocks")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--programs", type=Path,
@@ -94,7 +148,8 @@ def main() -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    for text in args.shapes.split(","):
+    mirrors: list[str] = []
+    for text in shapes_of(args.shapes):
         m, n, k = parse_shape(text)
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         b_kn = torch.randn(k, n, device="cuda", dtype=torch.float16)
@@ -103,7 +158,14 @@ def main() -> int:
                           ("TN", lambda: torch.matmul(a, b_nk.t()))):
             for name, us in kernels_of(fn):
                 print(f"{text:>18s} {label} {us:9.1f} us  {name}")
+                program = mirror(name, (m, n, k), args.layout)
+                if program and program not in mirrors:
+                    mirrors.append(program)
         del a, b_kn, b_nk
+    if args.mirror:
+        args.mirror.write_text(f"# cuBLAS's kernels at {args.shapes} as cuda_wgmma programs "
+                               "(benchmarks/cublas_kernels.py --mirror)\n" + "\n".join(mirrors) + "\n")
+        print(f"wrote {len(mirrors)} programs to {args.mirror}")
     if args.sustain:
         shape = parse_shape(args.sustain)
         programs = [] if args.programs is None else [
