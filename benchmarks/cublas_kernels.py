@@ -1,7 +1,7 @@
 """Issue 4's "what limits it": which kernel cuBLAS picks per shape, and the clock and power
 the GPU holds while a large GEMM runs.
 
-    python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192 | @FILE]
+    python3 benchmarks/cublas_kernels.py [--shapes 12288x256x16384,8192x8192x8192 | @FILE | grid:...]
                                          [--mirror programs.txt] [--layout nn]
                                          [--sustain 8192x8192x8192] [--seconds 5]
                                          [--programs benchmarks/programs/sustain_8192.txt]
@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge:
 import torch  # noqa: E402
 
 from clock_under_load import FLOP_PER_SM_CYCLE, run_turn  # noqa: E402
+
+from gemmforge.search.shapes import shape_texts  # noqa: E402  (--shapes as gemmforge reads it)
 
 FLOP_PER_CLOCK = 132 * FLOP_PER_SM_CYCLE  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
 
@@ -83,14 +85,6 @@ def mirror(kernel_name: str, shape: tuple[int, int, int], layout: str = "nn") ->
     return None
 
 
-def shapes_of(text: str) -> list[str]:
-    """`--shapes`: MxNxK,... or @FILE (one a line, '#' comments)."""
-    if text.startswith("@"):
-        lines = Path(text[1:]).read_text().splitlines()
-        return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
-    return text.split(",")
-
-
 def kernels_of(fn) -> list[tuple[str, float]]:
     """(name, µs) of every CUDA kernel one call of `fn` runs, after a warm-up call."""
     from torch.profiler import ProfilerActivity, profile
@@ -135,7 +129,7 @@ def sustain(m: int, n: int, k: int, seconds: float, program: str | None = None) 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="12288x256x16384,12288x8192x1024,8192x8192x8192",
-                    help="MxNxK,... or @FILE")
+                    help="as gemmforge's --shapes: MxNxK,..., @FILE, grid:CLASSES, sample:N")
     ap.add_argument("--mirror", type=Path,
                     help="write each shape's cuBLAS kernels as cuda_wgmma programs here")
     ap.add_argument("--layout", default="nn", help="--mirror: the layout the programs serve")
@@ -149,7 +143,7 @@ def main() -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     mirrors: list[str] = []
-    for text in shapes_of(args.shapes):
+    for text in shape_texts(args.shapes):
         m, n, k = parse_shape(text)
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         b_kn = torch.randn(k, n, device="cuda", dtype=torch.float16)

@@ -328,11 +328,11 @@ def _small_hopper(problem: Problem) -> list[str]:
 
 def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
     from gemmforge.ir.text import parse
-    bound = [p.replace(pdl=problem.flops < SEED_MIN_FLOPS) for p in map(parse, OUTPUT_BOUND)
-             if p.backend == backend and p.arch == arch] if output_bound(problem) else []
     split = long_k_split(problem)
-    bound += [p for p in map(parse, (*([split] if split else []), *streaming(problem)))
-              if p.backend == backend and p.arch == arch]
+    bound_texts = OUTPUT_BOUND if output_bound(problem) else ()
+    leads = [*(p.replace(pdl=problem.flops < SEED_MIN_FLOPS) for p in map(parse, bound_texts)),
+             *map(parse, (*([split] if split else []), *streaming(problem)))]
+    bound = [p for p in leads if p.backend == backend and p.arch == arch]
     if problem.flops < SEED_MIN_FLOPS:
         small = _small_hopper(problem) if arch == Arch.SM90A else []
         return bound + [p for p in map(parse, small) if p.backend == backend]

@@ -36,5 +36,5 @@ def test_names_our_kernels_cannot_mirror_give_none(name):
 def test_shapes_come_from_a_list_or_a_file(tmp_path):
     listing = tmp_path / "shapes.txt"
     listing.write_text("# weak rows\n128x12288x12288\n\n2048x256x16384  # long K\n")
-    assert kernels.shapes_of(f"@{listing}") == ["128x12288x12288", "2048x256x16384"]
-    assert kernels.shapes_of("64x64x64,128x128x128") == ["64x64x64", "128x128x128"]
+    assert kernels.shape_texts(f"@{listing}") == ["128x12288x12288", "2048x256x16384"]
+    assert kernels.shape_texts("64x64x64,128x128x128") == ["64x64x64", "128x128x128"]
