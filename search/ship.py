@@ -9,8 +9,9 @@ program) reading. A row counts only if it passed the correctness gate as far as 
 says: `status` ok where that column exists, `rel_err` within search.gate.tolerance where
 measured, and every gate column (GATE_COLUMNS, e.g. a campaign's post-timing re-gate) true
 where present. Rows of a replayed or synthetic device, or of another class than
---device-class or outside --shape-classes (a round that re-timed rows it was not aimed at:
-they keep the confirmation of the round that was), are refused too. Per (device class, layout, acc, shape), the program with
+--device-class, outside --shape-classes (a round that re-timed rows it was not aimed at:
+they keep the confirmation of the round that was) or outside --shapes (a round whose changes
+were confirmed at some shapes only: the others keep their shipped rows), are refused too. Per (device class, layout, acc, shape), the program with
 the highest median speedup over its readings ships (ties: more readings), with the medians
 of its figures; where every reading of the shape has sustained_us and cublas_sustained_us
 (seconds under the power cap), the highest median sustained ratio picks instead. Rows already in the output file for other keys stay; keys in the input are
@@ -39,9 +40,11 @@ PASSED = {"true", "ok", "pass", "passed", "1", "yes"}
 
 
 def refusal(row: dict, want_class: str | None,
-            shape_classes: frozenset[str] | None = None) -> str | None:
+            shape_classes: frozenset[str] | None = None,
+            shapes: frozenset[tuple[int, int, int]] | None = None) -> str | None:
     """Why a CSV row can't count as a confirmed reading (None: it can); `shape_classes`:
-    the classes (search.portfolio.CLASSES) whose rows may ship, None for all."""
+    the classes (search.portfolio.CLASSES) whose rows may ship, None for all; `shapes`: the
+    (m, n, k) whose rows may ship, None for all."""
     if (row.get("status") or "ok") != "ok":
         return f"status {row.get('status')}"
     for name in GATE_COLUMNS:
@@ -66,6 +69,8 @@ def refusal(row: dict, want_class: str | None,
         return f"device class {cls}, not {want_class}"
     if shape_classes is not None and shape_class(problem) not in shape_classes:
         return f"shape class {shape_class(problem)}, not in {','.join(sorted(shape_classes))}"
+    if shapes is not None and (problem.m, problem.n, problem.k) not in shapes:
+        return "shape not in --shapes"
     from gemmforge.ir.text import parse
     from gemmforge.ir.verify import check
     try:
@@ -86,7 +91,8 @@ def _speedup(row: dict) -> float:
 
 
 def read_readings(paths: list[Path], want_class: str | None,
-                  shape_classes: frozenset[str] | None = None):
+                  shape_classes: frozenset[str] | None = None,
+                  shapes: frozenset[tuple[int, int, int]] | None = None):
     """{(class, problem): {program: [row, ...]}} of the rows that count, and a Counter of
     why the others were refused."""
     readings: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -94,7 +100,7 @@ def read_readings(paths: list[Path], want_class: str | None,
     for path in paths:
         with Path(path).open(newline="") as f:
             for row in csv.DictReader(f):
-                why = refusal(row, want_class, shape_classes)
+                why = refusal(row, want_class, shape_classes, shapes)
                 if why:
                     refused[why] += 1
                     continue
@@ -201,10 +207,11 @@ def _dumps(value, indent=None) -> str:
 
 
 def ship(paths: list[Path], out: Path, command: str, want_class: str | None = None,
-         shape_classes: frozenset[str] | None = None):
+         shape_classes: frozenset[str] | None = None,
+         shapes: frozenset[tuple[int, int, int]] | None = None):
     """Build `out` from the CSVs at `paths`; returns (rows shipped, refusal Counter)."""
     measured = provenance(paths, command)
-    readings, refused = read_readings(paths, want_class, shape_classes)
+    readings, refused = read_readings(paths, want_class, shape_classes, shapes)
     measured["devices"] = sorted({r["device"] for by in readings.values()
                                   for rows in by.values() for r in rows})
     new = best_rows(readings, measured)

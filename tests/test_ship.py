@@ -117,3 +117,23 @@ def test_sustained_figures_pick_where_every_reading_has_them(tmp_path):
     (row,), _ = ship([path], tmp_path / "s.json", "c", "h100")
     assert row.program_text == B and row.figures["sustained_us"] == pytest.approx(105)
     assert row.speedup == pytest.approx(1.03)
+
+
+def test_shapes_leave_the_other_shapes_rows_as_shipped(tmp_path, capsys):
+    """--shapes: a round whose changes were confirmed at some shapes only ships those; the
+    rest keep the program and provenance they had."""
+    out = tmp_path / "s.json"
+    kept, confirmed = (2048, 2048, 1024), (4096, 4096, 4096)
+    ship([_csv(tmp_path / "a.csv", [_row(A, 10, 1.1, shape=kept), _row(A, 100, 1.1, shape=confirmed)])],
+         out, "first round")
+    later = _csv(tmp_path / "b.csv", [_row(B, 10, 1.3, shape=kept), _row(B, 100, 1.2, shape=confirmed)])
+    assert main(["ship", "--from", str(later), "--shapes", "4096x4096x4096", "--command", "later",
+                 "--out", str(out)]) == 0
+    assert "refused 1 row(s): shape not in --shapes" in capsys.readouterr().out
+    by_shape = {r.problem: r for r in read(out).rows}
+    assert (by_shape[Problem(*kept)].program_text, by_shape[Problem(*kept)].measured["command"]) == (A, "first round")
+    assert (by_shape[Problem(*confirmed)].program_text,
+            by_shape[Problem(*confirmed)].measured["command"]) == (B, "later")
+    assert main(["ship", "--from", str(later), "--shapes", "@" + str(tmp_path / "none.txt"),
+                 "--command", "m", "--out", str(out)]) == 2
+    assert "--shapes: no such file" in capsys.readouterr().err

@@ -33,10 +33,14 @@ def cmd_ship(args) -> int:
         if unknown or not shape_classes:
             raise UsageError(f"--shape-classes: {', '.join(unknown) or 'none given'}: "
                              f"give a comma list of {', '.join(CLASSES)}")
+    shapes = None
+    if args.shapes:
+        from gemmforge.arguments import shapes as read_shapes
+        shapes = frozenset((p.m, p.n, p.k) for p in read_shapes(args.shapes))
     if not args.command.strip():
         raise UsageError("--command: say which command measured these files")
     out = Path(args.out) if args.out else DEFAULT_PATH
-    rows, refused = ship(paths, out, args.command, want, shape_classes)
+    rows, refused = ship(paths, out, args.command, want, shape_classes, shapes)
     for why, count in refused.most_common():
         print(f"refused {count} row(s): {why}")
     if not rows:
@@ -60,6 +64,9 @@ def add_to(sub) -> None:
     s.add_argument("--shape-classes", metavar="CLASSES",
                    help="ship only rows of these shape classes, a comma list of small, medium, "
                         "large (2mnk >= 1e11); the others keep their shipped rows (default: all)")
+    s.add_argument("--shapes", metavar="SHAPES",
+                   help="ship only rows of these shapes (MxNxK list, @FILE, grid:CLASSES; any "
+                        "layout); the others keep their shipped rows (default: all)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
                                  "search/data/shipped.json)")
