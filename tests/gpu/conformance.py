@@ -77,6 +77,14 @@ CUDA_WGMMA = [
     "cuda_wgmma sm_90a 192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl",
     "cuda_wgmma sm_90a 192x128x64 w1x2 s4 sw128 row/8 pred k1 dp c1x2 coop direct pdl",
     "cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct l2first",
+    # cuBLAS's own kernels read column-major (thirty-second session's mirror round, shipped for
+    # the H200 in the thirty-third): clusters along M on data-parallel tiles (B multicast), the
+    # 128x128 pair along N split four ways through the workspace
+    "cuda_wgmma sm_90a 64x128x64 w1x1 s8 sw128 row/8 pred k1 dp c2x1 coop direct",
+    "cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c2x1 coop direct pdl",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 dp c2x1 coop direct pdl",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s6 sw128 row/8 pred k1 dp c1x2 coop direct pdl",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s6 sw128 row/8 pred k4 dp c1x2 coop direct",
 ]
 CUTE_CPP = [
     "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
