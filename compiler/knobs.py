@@ -56,6 +56,7 @@ class Knobs:
     cutlass_dir: Path | None  # GEMMFORGE_CUTLASS_DIR: CUTLASS headers (default: the nvidia-cutlass wheel's)
     shipped: str | None   # GEMMFORGE_SHIPPED: the shipped-programs file to read ("none": no file)
     torch_op: bool        # GEMMFORGE_TORCH_OP=0: matmul never builds torch.ops.gemmforge.mm
+    pdl: bool             # GEMMFORGE_PDL=0: resolved programs run without programmatic dependent launch
 
 
 def knobs() -> Knobs:
@@ -74,4 +75,5 @@ def knobs() -> Knobs:
         cutlass_dir=_optional_path("GEMMFORGE_CUTLASS_DIR"),
         shipped=os.environ.get("GEMMFORGE_SHIPPED") or None,
         torch_op=os.environ.get("GEMMFORGE_TORCH_OP", "1") != "0",
+        pdl=os.environ.get("GEMMFORGE_PDL", "1") != "0",
     )

@@ -120,6 +120,7 @@ class Choice:
     kernel_us: float | None = None
     predicted_us: float | None = None
     ranked: int | None = None
+    pdl_dropped: bool = False  # GEMMFORGE_PDL=0 took `pdl` off the program chosen
 
     @property
     def provenance(self) -> str:
@@ -135,11 +136,13 @@ class Choice:
         if self.distance:
             parts.append(f"distance {self.distance:.3g} to {self.measured}")
         if self.speedup is not None:
-            parts.append(f"{self.speedup:.3f}x cuBLAS measured")
+            parts.append(f"{self.speedup:.3f}x cuBLAS measured" + (" with pdl" if self.pdl_dropped else ""))
         if self.predicted_us is not None:
             parts.append(f"{self.predicted_us:.3g} us predicted here by waves of tiles")
         if self.ranked is not None:
             parts.append(f"the learned model's first usable of {self.ranked} shipped programs")
+        if self.pdl_dropped:
+            parts.append("pdl off (GEMMFORGE_PDL=0)")
         return f"program: {self.provenance} ({', '.join(parts)})"
 
 
@@ -151,7 +154,29 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
     `rule`: how a shipped program is picked off the grid, one of RULES; `model`: the learned rule's
-    search.ranker.Ranker (None: the package's model file of the problem's layout)."""
+    search.ranker.Ranker (None: the package's model file of the problem's layout).
+    With GEMMFORGE_PDL=0 the program chosen runs without `pdl` (see without_pdl)."""
+    choice = _resolve(problem, arch, device_class, tuned_url=tuned_url, shipped_path=shipped_path,
+                      use_tuned=use_tuned, max_distance=max_distance, exclude=exclude, rule=rule,
+                      model=model)
+    from gemmforge.compiler.knobs import knobs
+    return choice if knobs().pdl else without_pdl(choice)
+
+
+def without_pdl(choice: Choice) -> Choice:
+    """`choice` with `pdl` taken off its program. Programmatic dependent launch lets a kernel
+    start while the previous one on the stream finishes; that pays where a GEMM follows a
+    kernel that lets it (another of ours: the kernel protocol's back-to-back launches), and
+    costs a little after any other kernel (benchmarks/README.md, launch_timeline_h200_s33:
+    over 51 grid rows on an H200, the shipped programs read 1.19x cuBLAS back to back and
+    0.975x after a 1 MiB add; the same without pdl 1.03x and 1.04x)."""
+    if not choice.program.pdl:
+        return choice
+    return replace(choice, program=replace(choice.program, pdl=False), pdl_dropped=True)
+
+
+def _resolve(problem: Problem, arch: Arch, device_class: str | None, *, tuned_url, shipped_path,
+             use_tuned, max_distance, exclude, rule, model) -> Choice:
     classes = lookup_classes(device_class) if device_class else ()
     book = _book(shipped_path)
     found = [*(_tuned(problem, arch, classes, max_distance, tuned_url) if use_tuned else []),

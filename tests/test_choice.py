@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -342,3 +343,19 @@ def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatc
     monkeypatch.setattr(cutlass, "missing_reason", lambda: None)
     choice = resolve(problem, Arch.SM90A, "h200", use_tuned=False, shipped_path=path)
     assert str(choice.program) == cute and choice.distance == 0.0
+
+
+def test_gemmforge_pdl_0_takes_pdl_off_the_program_chosen(monkeypatch):
+    """GEMMFORGE_PDL=0: the resolved program runs without programmatic dependent launch (it
+    pays only where the kernel before it lets it start early), and the line says so."""
+    from gemmforge.search.choice import resolve
+    problem = Problem(64, 64, 64)
+    shipped = resolve(problem, Arch.SM90A, "h200")
+    assert shipped.program.pdl and not shipped.pdl_dropped
+    monkeypatch.setenv("GEMMFORGE_PDL", "0")
+    off = resolve(problem, Arch.SM90A, "h200")
+    assert off.program == replace(shipped.program, pdl=False) and off.pdl_dropped
+    assert check(off.program, problem) is None
+    assert "measured with pdl" in off.line() and "pdl off (GEMMFORGE_PDL=0)" in off.line()
+    monkeypatch.setenv("GEMMFORGE_PDL", "1")
+    assert resolve(problem, Arch.SM90A, "h200") == shipped

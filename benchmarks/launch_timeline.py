@@ -1,0 +1,223 @@
+"""Where back-to-back time goes: each launch's start and end on the GPU, ours beside cuBLAS.
+
+    python3 benchmarks/launch_timeline.py --jobs @FILE [--launches 30] [--replays 5] [--spacer]
+        [--pdl-twins] [--json OUT.json]
+
+A job line is `MxNxK program text` (layout nn, fp32 accumulate; '#' starts a comment).
+Per shape, every listed program (and with --pdl-twins, each one's twin with `pdl` toggled)
+and torch.matmul (cuBLAS) each run as a CUDA graph of --launches calls on one stream,
+replayed --replays times under torch.profiler (CUPTI kernel records: a record runs from the
+kernel's first CTA's start to its last CTA's end). Per call i, from the records of the
+calls between the first two and the last one:
+
+  event     the graph's time per call, from CUDA events (what the kernel protocol reads)
+  period    start(i+1) - start(i): the steady-state cost of one call back to back
+  busy      end(i) - start(i): first CTA in to last CTA out (a pdl kernel's CTAs may start
+            early and wait in griddepcontrol.wait, so its busy time includes the overlap)
+  gap       start(i+1) - end(i): negative where the next call's CTAs started before this
+            one's last CTA ended (pdl, or cuBLAS's own overlap)
+  tail      end(i) - max(start(i), end(i-1)): from the previous call's end (or this one's
+            start, if later) to this one's end: what the call adds once the one before has
+            finished
+
+With --spacer, a small elementwise kernel (a 1 MiB add) runs between the calls, as in a model
+where a GEMM follows other work, and its records are left out of the GEMM's; the spacer alone
+is timed too, and
+
+  after     event - the spacer alone's event: what the call adds after another kernel
+
+With --pdl-twins, each listed program is timed beside its twin with `pdl` toggled, and the
+last lines are geomeans over the shapes of cuBLAS's time / ours for the listed programs and for
+the twins, per launch back to back (event) and, with --spacer, after another kernel (after).
+Medians in µs. --json keeps every row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from gemmforge.backends.pipeline import compile_and_load  # noqa: E402
+from gemmforge.ir import parse, parse_problem  # noqa: E402
+
+SPACER_ELEMENTS = 1 << 18  # fp32: 1 MiB
+SKIP_HEAD, SKIP_TAIL = 2, 1
+
+
+def read_jobs(spec: str) -> list[tuple[str, str]]:
+    """(shape, program text) per line of @FILE, or of a ';'-separated list."""
+    text = Path(spec[1:]).read_text() if spec.startswith("@") else spec.replace(";", "\n")
+    jobs = []
+    for line in text.splitlines():
+        line = line.partition("#")[0].strip()
+        if line:
+            shape, _, program = line.partition(" ")
+            jobs.append((shape, program.strip()))
+    if not jobs:
+        raise SystemExit(f"--jobs: no jobs in {spec!r}")
+    return jobs
+
+
+def pdl_twin(text: str) -> str:
+    words = text.split()
+    return " ".join(w for w in words if w != "pdl") if "pdl" in words else text + " pdl"
+
+
+def captured(enqueue, launches: int, spacer) -> torch.cuda.CUDAGraph:
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        enqueue()
+        spacer()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for _ in range(launches):
+                enqueue()
+                spacer()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def event_us(g: torch.cuda.CUDAGraph, launches: int, replays: int) -> float:
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
+    return statistics.median(times)
+
+
+def calls_of(prof, launches: int, replays: int, is_spacer) -> list[list[tuple[float, float]]]:
+    """Per replay, (start, end) in µs of each call (its kernels together: split-K runs a
+    reduce after), in order."""
+    records = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA and not is_spacer(e.name))
+    per_call, rest = divmod(len(records), launches * replays)
+    if not per_call or rest:
+        raise RuntimeError(f"{len(records)} kernel records for {replays} x {launches} calls")
+    calls = [(records[i][0], max(e for _, e in records[i:i + per_call]))
+             for i in range(0, len(records), per_call)]
+    return [calls[r * launches:(r + 1) * launches] for r in range(replays)]
+
+
+def timeline(calls: list[list[tuple[float, float]]]) -> dict[str, float]:
+    """Medians of period, busy, gap and tail over the calls past the head, before the tail."""
+    out: dict[str, list[float]] = {"period": [], "busy": [], "gap": [], "tail": []}
+    for replay in calls:
+        for i in range(SKIP_HEAD, len(replay) - SKIP_TAIL):
+            (s0, e0), (s1, e1), (_, before) = replay[i], replay[i + 1], replay[i - 1]
+            out["period"].append(s1 - s0)
+            out["busy"].append(e0 - s0)
+            out["gap"].append(s1 - e0)
+            out["tail"].append(e0 - max(s0, before))
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def measure(shape: str, contenders: dict, args) -> list[dict]:
+    problem = parse_problem(f"{shape} nn f32")
+    a = torch.randn(problem.m, problem.k, device="cuda").half()
+    b = torch.randn(problem.k, problem.n, device="cuda").half()
+    c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
+    x = torch.zeros(SPACER_ELEMENTS, device="cuda")
+    spacer = (lambda: x.add_(1.0)) if args.spacer else (lambda: None)
+    reference = a @ b
+    rows = []
+    alone = None
+    if args.spacer:
+        alone = event_us(captured(lambda: None, args.launches, spacer), args.launches, args.replays)
+    for name, text in contenders.items():
+        if text is None:
+            enqueue = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+        else:
+            kern = compile_and_load(parse(text), problem)
+            torch.testing.assert_close(kern(a, b), reference, rtol=2e-2, atol=1.0)
+            enqueue = lambda kern=kern: kern(a, b, out=c)  # noqa: E731
+        g = captured(enqueue, args.launches, spacer)
+        row = {"shape": shape, "contender": name, "program": text or "torch.matmul",
+               "event": event_us(g, args.launches, args.replays)}
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.replays):
+                g.replay()
+                torch.cuda.synchronize()
+        names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+        spacer_names = {n for n in names if "elementwise" in n or "vectorized" in n}
+        row.update(timeline(calls_of(prof, args.launches, args.replays, spacer_names.__contains__)))
+        row["after"] = row["event"] - alone if alone is not None else float("nan")
+        row["kernels"] = sorted(n[:70] for n in names - spacer_names)
+        rows.append(row)
+        print(f"{shape:>16} {name:>10} " + " ".join(f"{row[k]:8.2f}" for k in COLS), flush=True)
+    return rows
+
+
+COLS = ("event", "period", "busy", "gap", "tail", "after")
+
+
+def twin_summary(rows: list[dict]) -> str:
+    """Geomeans over the shapes of cuBLAS's time / ours for the listed programs (contender pN)
+    and for their pdl twins (pN~), back to back (event) and after another kernel (after)."""
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        kind = "cublas" if r["contender"] == "cublas" else (
+            "twins" if r["contender"].endswith("~") else "listed")
+        by.setdefault(r["shape"], {}).setdefault(kind, r)
+    lines = []
+    for kind in ("listed", "twins"):
+        shapes = [s for s, k in by.items() if kind in k and "cublas" in k]
+        cells = []
+        for col in ("event", "after"):
+            logs = [math.log(by[s]["cublas"][col] / by[s][kind][col]) for s in shapes
+                    if by[s][kind][col] > 0 and by[s]["cublas"][col] > 0]
+            if logs:
+                cells.append(f"{col} {math.exp(sum(logs) / len(logs)):.3f}x ({len(logs)})")
+        if cells:
+            lines.append(f"cuBLAS / ours, {kind}: " + ", ".join(cells))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", required=True, help="@FILE of `MxNxK program` lines, or a ';' list")
+    ap.add_argument("--launches", type=int, default=30)
+    ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--spacer", action="store_true", help="a 1 MiB add between the calls")
+    ap.add_argument("--pdl-twins", action="store_true", help="each program's pdl twin too")
+    ap.add_argument("--json", type=Path, help="write every row here")
+    args = ap.parse_args()
+    by_shape: dict[str, dict[str, str | None]] = {}
+    for shape, text in read_jobs(args.jobs):
+        progs = by_shape.setdefault(shape, {})
+        if text in progs.values():
+            continue
+        name = f"p{sum(not k.endswith('~') for k in progs)}"
+        progs[name] = text
+        if args.pdl_twins:
+            progs[name + "~"] = pdl_twin(text)
+    print(f"{'shape':>16} {'contender':>10} " + " ".join(f"{k:>8}" for k in COLS)
+          + "   (pN: the listed program, pN~: its twin with pdl toggled)", flush=True)
+    rows = []
+    for shape, progs in by_shape.items():
+        rows += measure(shape, {**progs, "cublas": None}, args)
+    for shape, progs in by_shape.items():
+        for name, text in progs.items():
+            print(f"{shape} {name}: {text}")
+    if args.pdl_twins:
+        print(twin_summary(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
