@@ -1,9 +1,11 @@
 """Where back-to-back time goes: each launch's start and end on the GPU, ours beside cuBLAS.
 
-    python3 benchmarks/launch_timeline.py --jobs @FILE [--launches 30] [--replays 5] [--spacer]
-        [--pdl-twins] [--json OUT.json]
+    python3 benchmarks/launch_timeline.py --jobs @FILE [--layout nn|nt] [--launches 30] [--replays 5]
+        [--spacer] [--pdl-twins] [--json OUT.json]
 
-A job line is `MxNxK program text` (layout nn, fp32 accumulate; '#' starts a comment).
+A job line is `MxNxK program text` (fp32 accumulate; '#' starts a comment); every program is
+built first, in parallel. cuBLAS is torch.matmul: NN for layout nn, TN (B given as N x K, a
+transposed view) for nt.
 Per shape, every listed program (and with --pdl-twins, each one's twin with `pdl` toggled)
 and torch.matmul (cuBLAS) each run as a CUDA graph of --launches calls on one stream,
 replayed --replays times under torch.profiler (CUPTI kernel records: a record runs from the
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -125,21 +128,42 @@ def timeline(calls: list[list[tuple[float, float]]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def build_all(by_shape: dict, layout: str) -> None:
+    """Every program at its shape into the artifact cache, in parallel (nvcc runs as a
+    subprocess); a failure is left for measure() to report."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemmforge.backends import pipeline
+    target = pipeline.current_target()
+
+    def build(job):
+        shape, text = job
+        try:
+            pipeline.compile(parse(text), parse_problem(f"{shape} {layout} f32"), target)
+        except Exception:  # noqa: BLE001 - measure() builds again and says why
+            pass
+    jobs = [(shape, t) for shape, progs in by_shape.items() for t in progs.values()]
+    with ThreadPoolExecutor(os.cpu_count() or 8) as pool:
+        list(pool.map(build, jobs))
+
+
 def measure(shape: str, contenders: dict, args) -> list[dict]:
-    problem = parse_problem(f"{shape} nn f32")
+    problem = parse_problem(f"{shape} {args.layout} f32")
+    nt = args.layout == "nt"
     a = torch.randn(problem.m, problem.k, device="cuda").half()
-    b = torch.randn(problem.k, problem.n, device="cuda").half()
+    b = torch.randn(*((problem.n, problem.k) if nt else (problem.k, problem.n)), device="cuda").half()
+    b_blas = b.t() if nt else b
     c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
     x = torch.zeros(SPACER_ELEMENTS, device="cuda")
     spacer = (lambda: x.add_(1.0)) if args.spacer else (lambda: None)
-    reference = a @ b
+    reference = a @ b_blas
     rows = []
     alone = None
     if args.spacer:
         alone = event_us(captured(lambda: None, args.launches, spacer), args.launches, args.replays)
     for name, text in contenders.items():
         if text is None:
-            enqueue = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+            enqueue = lambda: torch.matmul(a, b_blas, out=c)  # noqa: E731
         else:
             kern = compile_and_load(parse(text), problem)
             torch.testing.assert_close(kern(a, b), reference, rtol=2e-2, atol=1.0)
@@ -189,6 +213,7 @@ def twin_summary(rows: list[dict]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", required=True, help="@FILE of `MxNxK program` lines, or a ';' list")
+    ap.add_argument("--layout", choices=("nn", "nt"), default="nn")
     ap.add_argument("--launches", type=int, default=30)
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--spacer", action="store_true", help="a 1 MiB add between the calls")
@@ -206,6 +231,7 @@ def main() -> int:
             progs[name + "~"] = pdl_twin(text)
     print(f"{'shape':>16} {'contender':>10} " + " ".join(f"{k:>8}" for k in COLS)
           + "   (pN: the listed program, pN~: its twin with pdl toggled)", flush=True)
+    build_all(by_shape, args.layout)
     rows = []
     for shape, progs in by_shape.items():
         rows += measure(shape, {**progs, "cublas": None}, args)
