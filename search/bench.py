@@ -258,6 +258,8 @@ def _time_protocols(bufs, timed, blas, settings, warm, seed,
         "server": lambda cs: timing.server_protocol(cs, settings, bufs.refill, seed),
         "sustained": lambda cs: timing.sustained_protocol(
             cs, settings, counts, stream, lambda r: progress(f"sustained turn {r}")),
+        "after": lambda cs: timing.after_protocol(
+            cs, settings, warm, stream, lambda r: progress(f"after round {r}")),
     }
     for name, protocol in protocols.items():
         if name not in settings.protocols:

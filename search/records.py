@@ -272,6 +272,8 @@ class Result(_Record):
     server_us / cublas_server_us: calls after random idle gaps.
     sustained_us / cublas_sustained_us: per launch, run back to back for seconds (under the
     power cap), the median over turns (cuBLAS: the layout that won the kernel times).
+    after_us / cublas_after_us: per launch after another kernel (a 1 MiB add), L2 warm, the
+    add's own time subtracted (timing.after_protocol; cuBLAS: the kernel times' layout).
     rel_err: relative Frobenius error of the gate (the larger of gate and re-validation).
     paired_speedup: median over rounds of each round's cublas/kernel (statistic "median"
     only). The candidate and cuBLAS of one round run within one round's time of each
@@ -303,6 +305,8 @@ class Result(_Record):
     cublas_server_us: float | None = None
     sustained_us: float | None = None
     cublas_sustained_us: float | None = None
+    after_us: float | None = None
+    cublas_after_us: float | None = None
     rel_err: float | None = None
     spread: float | None = None
     cublas_spread: float | None = None

@@ -165,13 +165,36 @@ def cold_protocol(cs, settings, times, stream, sets: int = 1,
 
     def flush():
         torch.sum(junk, dim=0, out=total)
-    flush_us = elapsed_us(repeat(flush, 3)) / 3
-    n = {c.name: launches_per_graph(settings, times[c.name] + flush_us) for c in cs}
+    return _each_after(cs, settings, times, stream, flush, after_round)
+
+
+AFTER_KERNEL_ELEMENTS = 1 << 18
+"""The after protocol's kernel: an in-place add over this many fp32 values (1 MiB)."""
+
+
+def after_protocol(cs, settings, times, stream,
+                   after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+    """Per launch after another kernel, L2 warm: graph(n x (add, launch)) - graph(n x add),
+    the add an in-place elementwise kernel of torch's over AFTER_KERNEL_ELEMENTS values, as in
+    a model where a GEMM follows a norm or an activation. The kernel protocol's launches
+    follow their own previous launch, which a pdl program overlaps; a GEMM after a kernel
+    that does not let it start early (any of torch's) overlaps nothing
+    (benchmarks/README.md, launch_timeline)."""
+    import torch
+    x = torch.zeros(AFTER_KERNEL_ELEMENTS, dtype=torch.float32, device="cuda")
+    return _each_after(cs, settings, times, stream, lambda: torch.add(x, 1.0, out=x), after_round)
+
+
+def _each_after(cs, settings, times, stream, before: Callable[[], None],
+                after_round) -> dict[str, list[float]]:
+    """Per round, each contender's graph(n x (before, launch)) - graph(n x before), / n."""
+    before_us = elapsed_us(repeat(before, 3)) / 3
+    n = {c.name: launches_per_graph(settings, times[c.name] + before_us) for c in cs}
 
     def pair(c):
-        return lambda: (flush(), c.launch())
+        return lambda: (before(), c.launch())
     both = {c.name: graph(repeat(pair(c), n[c.name]), stream) for c in cs}
-    alone = {c.name: graph(repeat(flush, n[c.name]), stream) for c in cs}
+    alone = {c.name: graph(repeat(before, n[c.name]), stream) for c in cs}
     return interleave(cs, settings.rounds, lambda c: (
         elapsed_us(both[c.name].replay) - elapsed_us(alone[c.name].replay)) / n[c.name],
         settings.warm_rounds, after_round)

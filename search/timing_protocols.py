@@ -40,6 +40,8 @@ PROTOCOLS = {p.name: p for p in (
     Protocol("server", "calls after random idle gaps", alone=True),
     Protocol("sustained", "per launch, back to back for seconds (under the power cap), the "
              "median over turns", by_default=False),
+    Protocol("after", "per launch after another kernel (a 1 MiB add), L2 warm: nothing to "
+             "overlap with", by_default=False),
 )}
 """Every timing protocol, by name, in the order reports list them ("kernel" first: the
 reward's, and the one every measurement includes)."""

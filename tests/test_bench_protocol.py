@@ -249,3 +249,16 @@ def test_sustained_turn_runs_for_the_asked_seconds(simulate):
     before = sim.clock
     assert timing._sustained_us(g, 4, 1e-3) == pytest.approx(5.0)
     assert sim.clock - before >= 1e3  # 1 ms of back-to-back replays, in us
+
+
+def test_after_reads_each_launch_after_another_kernel(simulate, monkeypatch):
+    """The after protocol: each launch follows an elementwise add, whose own time is taken
+    out, so the planted per-launch times come back (cuBLAS: the kernel times' layout)."""
+    sim = simulate(candidate_us=5.0)
+    real_add = torch.add
+    adds = []
+    monkeypatch.setattr(torch, "add", lambda *a, **k: sim.gemm(
+        FLUSH_US, lambda: adds.append(real_add(*a, **k))))
+    _, r = _run(sim, protocols=("kernel", "after"))
+    assert r.ok and r.after_us == pytest.approx(5.0) and r.cublas_after_us == pytest.approx(TN_US)
+    assert adds and all(x.numel() == timing.AFTER_KERNEL_ELEMENTS for x in adds)

@@ -137,7 +137,8 @@ def add_to(sub) -> None:
     b.add_argument("--layout", default="nn")
     b.add_argument("--acc", default="f32")
     b.add_argument("--protocols", default="kernel,call",
-                   help="comma list of kernel, cold, call, server, sustained (kernel,call)")
+                   help="comma list of kernel, cold, call, server, sustained, after (kernel,call); "
+                        "after: each launch after another kernel, which a pdl program can't overlap")
     b.add_argument("--rounds", type=int, default=5)
     b.add_argument("--sustained-seconds", type=float, default=1.0,
                    help="seconds per turn of the sustained protocol (1.0; the campaign's "
