@@ -217,3 +217,18 @@ def test_shapes_values_read_the_same_everywhere(tmp_path):
                        (f"@{tmp_path / 'none'}", "no such file"), ("", "no shapes")):
         with pytest.raises(UsageError, match=re.escape(said)):
             arguments.shapes(spec)
+
+
+def test_bench_twins_toggle_each_named_field_where_legal(capsys):
+    from dataclasses import replace
+    from gemmforge.cli.bench import with_twins
+    from gemmforge.ir import Problem, check
+    pdl = parse("cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct pdl")
+    plain = parse(GOOD)  # cuda_mma sm_80: no pdl there, so no twin
+    problem = Problem(64, 64, 64)
+    got = with_twins([pdl, plain], ("pdl",), problem)
+    assert got == [pdl, plain, replace(pdl, pdl=False)]
+    assert all(check(p, problem) is None for p in got)
+    assert with_twins(got, ("pdl",), problem) == got  # a twin already listed is not added again
+    code, _, err = run(capsys, "bench", "--shapes", "64x64x64", "--chosen", "--twins", "pdl,raster")
+    assert code == 2 and "--twins: raster: give a comma list of" in err

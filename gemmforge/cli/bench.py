@@ -50,6 +50,30 @@ def candidates(problem, programs, backends, arch):
     return chosen
 
 
+def with_twins(programs, fields, problem) -> list:
+    """`programs`, each followed by its twin per boolean field in `fields` (that field
+    toggled: `pdl` on a pdl program gives the program without it), where the twin is legal
+    for `problem` and not already listed."""
+    from dataclasses import replace
+    from gemmforge.ir.verify import check
+    out = list(programs)
+    for program in programs:
+        for name in fields:
+            twin = replace(program, **{name: not getattr(program, name)})
+            if twin not in out and check(twin, problem) is None:
+                out.append(twin)
+    return out
+
+
+def _twin_fields(text: str | None) -> tuple[str, ...]:
+    from gemmforge.search.portfolio import TWIN_FIELDS
+    names = tuple(x.strip() for x in (text or "").split(",") if x.strip())
+    unknown = [n for n in names if n not in TWIN_FIELDS]
+    if unknown:
+        raise UsageError(f"--twins: {', '.join(unknown)}: give a comma list of {', '.join(TWIN_FIELDS)}")
+    return names
+
+
 def _chosen(problems, arch, runner) -> dict:
     """{problem: the program matmul would run on the runner's device}, printing for each
     where it came from (search.choice)."""
@@ -89,6 +113,7 @@ def _plan(args) -> tuple[list, object]:
     arch = Arch.parse(args.arch, "--arch")
     settings = _settings(args)
     check_report_args(args.name, args.report_dir, "--name")
+    _twin_fields(args.twins)
     plan = [(p, candidates(p, programs, backends, arch)) for p in problems]
     if not args.chosen and not any(todo for _, todo in plan):
         raise UsageError("--program: no given program is legal for any of the shapes "
@@ -111,6 +136,7 @@ def cmd_bench(args) -> int:
         for problem, todo in tqdm(plan, desc="bench", unit="shape"):
             if problem in chosen and chosen[problem] not in todo:
                 todo = [*todo, chosen[problem]]
+            todo = with_twins(todo, _twin_fields(args.twins), problem)
             if todo:
                 results += evaluate(todo, problem, device_runner=runner, builders=builders,
                                     settings=settings)
@@ -134,6 +160,10 @@ def add_to(sub) -> None:
                    help="also the program matmul would run (tuned, shipped or heuristic), "
                         "printed with where it came from")
     b.add_argument("--arch", default="sm_90a", help="arch for --backends and --chosen programs")
+    b.add_argument("--twins", metavar="FIELDS",
+                   help="also each program with these boolean fields toggled, where legal: a "
+                        "comma list of pdl, swap_ab (e.g. --chosen --twins pdl --protocols "
+                        "kernel,after: the chosen program with and without pdl)")
     b.add_argument("--layout", default="nn")
     b.add_argument("--acc", default="f32")
     b.add_argument("--protocols", default="kernel,call",
