@@ -167,7 +167,7 @@ def without_pdl(choice: Choice) -> Choice:
     """`choice` with `pdl` taken off its program. Programmatic dependent launch lets a kernel
     start while the previous one on the stream finishes; that pays where a GEMM follows a
     kernel that lets it (another of ours: the kernel protocol's back-to-back launches), and
-    costs a little after any other kernel (benchmarks/README.md, launch_timeline_h200_s33:
+    costs a little after any other kernel (benchmarks/README.md, "launch_timeline.py":
     over 51 grid rows on an H200, the shipped programs read 1.19x cuBLAS back to back and
     0.975x after a 1 MiB add; the same without pdl 1.03x and 1.04x)."""
     if not choice.program.pdl:
