@@ -131,7 +131,8 @@ class Choice:
     def line(self) -> str:
         """One line saying where the program came from (emit and bench print it)."""
         if self.source == "heuristic":
-            return "program: heuristic (no tuned or shipped program for this shape)"
+            return ("program: heuristic (no tuned or shipped program for this shape"
+                    + ("; pdl off (GEMMFORGE_PDL=0))" if self.pdl_dropped else ")"))
         parts = [self.device_class or "?"]
         if self.distance:
             parts.append(f"distance {self.distance:.3g} to {self.measured}")

@@ -357,5 +357,8 @@ def test_gemmforge_pdl_0_takes_pdl_off_the_program_chosen(monkeypatch):
     assert off.program == replace(shipped.program, pdl=False) and off.pdl_dropped
     assert check(off.program, problem) is None
     assert "measured with pdl" in off.line() and "pdl off (GEMMFORGE_PDL=0)" in off.line()
+    heuristic = resolve(Problem(77, 4096, 4096), Arch.SM90A, None)  # no class: the heuristic's
+    assert heuristic.source == "heuristic" and heuristic.pdl_dropped and not heuristic.program.pdl
+    assert heuristic.line().endswith("; pdl off (GEMMFORGE_PDL=0))")
     monkeypatch.setenv("GEMMFORGE_PDL", "1")
     assert resolve(problem, Arch.SM90A, "h200") == shipped
