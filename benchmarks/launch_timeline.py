@@ -70,11 +70,14 @@ def read_jobs(spec: str) -> list[tuple[str, str]]:
 
 
 def pdl_twin(text: str) -> str:
+    """The program text with its `pdl` token toggled."""
     words = text.split()
     return " ".join(w for w in words if w != "pdl") if "pdl" in words else text + " pdl"
 
 
 def captured(enqueue, launches: int, spacer) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `launches` x (call, spacer), captured on a side stream after one
+    untimed call, and replayed once (the first replay uploads it)."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         enqueue()
@@ -91,6 +94,7 @@ def captured(enqueue, launches: int, spacer) -> torch.cuda.CUDAGraph:
 
 
 def event_us(g: torch.cuda.CUDAGraph, launches: int, replays: int) -> float:
+    """Median over `replays` replays of the graph's time per call (CUDA events), in µs."""
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
