@@ -14,7 +14,9 @@ they keep the confirmation of the round that was) or outside --shapes (a round w
 were confirmed at some shapes only: the others keep their shipped rows), are refused too. Per (device class, layout, acc, shape), the program with
 the highest median speedup over its readings ships (ties: more readings), with the medians
 of its figures; where every reading of the shape has sustained_us and cublas_sustained_us
-(seconds under the power cap), the highest median sustained ratio picks instead. Rows already in the output file for other keys stay; keys in the input are
+(seconds under the power cap), the highest median sustained ratio picks instead. With
+rank_by "after" (`--rank-by after`) the highest median after-another-kernel ratio picks
+(cublas_after_us / after_us), and rows without those figures are refused. Rows already in the output file for other keys stay; keys in the input are
 replaced. The file is written whole and renamed into place.
 """
 from __future__ import annotations
@@ -39,12 +41,19 @@ GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 PASSED = {"true", "ok", "pass", "passed", "1", "yes"}
 
 
+RANKINGS = ("kernel", "after")
+"""What picks a key's program: the kernel protocol's ratio (sustained where every reading has
+it), or the after protocol's."""
+
+
 def refusal(row: dict, want_class: str | None,
             shape_classes: frozenset[str] | None = None,
-            shapes: frozenset[tuple[int, int, int]] | None = None) -> str | None:
+            shapes: frozenset[tuple[int, int, int]] | None = None,
+            rank_by: str = "kernel") -> str | None:
     """Why a CSV row can't count as a confirmed reading (None: it can); `shape_classes`:
     the classes (search.portfolio.CLASSES) whose rows may ship, None for all; `shapes`: the
-    (m, n, k) whose rows may ship, None for all."""
+    (m, n, k) whose rows may ship, None for all; rank_by "after": a row needs its after
+    figures."""
     if (row.get("status") or "ok") != "ok":
         return f"status {row.get('status')}"
     for name in GATE_COLUMNS:
@@ -71,6 +80,8 @@ def refusal(row: dict, want_class: str | None,
         return f"shape class {shape_class(problem)}, not in {','.join(sorted(shape_classes))}"
     if shapes is not None and (problem.m, problem.n, problem.k) not in shapes:
         return "shape not in --shapes"
+    if rank_by == "after" and _after(row) is None:
+        return "no after_us and cublas_after_us to rank by"
     from gemmforge.ir.text import parse
     from gemmforge.ir.verify import check
     try:
@@ -92,7 +103,7 @@ def _speedup(row: dict) -> float:
 
 def read_readings(paths: list[Path], want_class: str | None,
                   shape_classes: frozenset[str] | None = None,
-                  shapes: frozenset[tuple[int, int, int]] | None = None):
+                  shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "kernel"):
     """{(class, problem): {program: [row, ...]}} of the rows that count, and a Counter of
     why the others were refused."""
     readings: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -100,7 +111,7 @@ def read_readings(paths: list[Path], want_class: str | None,
     for path in paths:
         with Path(path).open(newline="") as f:
             for row in csv.DictReader(f):
-                why = refusal(row, want_class, shape_classes, shapes)
+                why = refusal(row, want_class, shape_classes, shapes, rank_by)
                 if why:
                     refused[why] += 1
                     continue
@@ -115,27 +126,39 @@ def _median(rows: list[dict], name: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _protocol_ratio(row: dict, name: str) -> float | None:
+    """cuBLAS/ours of protocol `name` (its `<name>_us` and `cublas_<name>_us`), where the
+    row measured it."""
+    ours, theirs = row.get(f"{name}_us") or "", row.get(f"cublas_{name}_us") or ""
+    if ours == "" or theirs == "" or not float(ours) > 0:
+        return None
+    return float(theirs) / float(ours)
+
+
 def _sustained(row: dict) -> float | None:
     """cuBLAS/kernel under sustained load, where the row measured it."""
-    if (row.get("sustained_us") or "") == "" or (row.get("cublas_sustained_us") or "") == "":
-        return None
-    return float(row["cublas_sustained_us"]) / float(row["sustained_us"])
+    return _protocol_ratio(row, "sustained")
 
 
-def _rank(by_program: dict[str, list[dict]]):
-    """The ranking of a key's programs: the median sustained ratio where every reading of
-    every program has one (the large class: its winner is the best under load), else the
-    median speedup; ties: more readings."""
+def _after(row: dict) -> float | None:
+    """cuBLAS/ours after another kernel, where the row measured it."""
+    return _protocol_ratio(row, "after")
+
+
+def _rank(by_program: dict[str, list[dict]], rank_by: str = "kernel"):
+    """The ranking of a key's programs: with rank_by "after" the median after ratio; else the
+    median sustained ratio where every reading of every program has one (the large class: its
+    winner is the best under load), else the median speedup; ties: more readings."""
     sustained = all(_sustained(r) is not None for rows in by_program.values() for r in rows)
-    ratio = _sustained if sustained else _speedup
+    ratio = _after if rank_by == "after" else _sustained if sustained else _speedup
     return lambda item: (statistics.median(ratio(r) for r in item[1]), len(item[1]))
 
 
-def best_rows(readings, measured: dict) -> list[ShippedRow]:
+def best_rows(readings, measured: dict, rank_by: str = "kernel") -> list[ShippedRow]:
     """Per key the best program by _rank, with the medians of its readings' figures."""
     out = []
     for (cls, problem), by_program in readings.items():
-        program, rows = max(sorted(by_program.items()), key=_rank(by_program))
+        program, rows = max(sorted(by_program.items()), key=_rank(by_program, rank_by))
         speedups = [_speedup(r) for r in rows]
         figures = {name: _median(rows, name) for name in FIGURES}
         figures.update(speedup=statistics.median(speedups), min_speedup=min(speedups))
@@ -208,13 +231,15 @@ def _dumps(value, indent=None) -> str:
 
 def ship(paths: list[Path], out: Path, command: str, want_class: str | None = None,
          shape_classes: frozenset[str] | None = None,
-         shapes: frozenset[tuple[int, int, int]] | None = None):
+         shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "kernel"):
     """Build `out` from the CSVs at `paths`; returns (rows shipped, refusal Counter)."""
+    if rank_by not in RANKINGS:
+        raise ValueError(f"rank_by {rank_by!r}: one of {', '.join(RANKINGS)}")
     measured = provenance(paths, command)
-    readings, refused = read_readings(paths, want_class, shape_classes, shapes)
+    readings, refused = read_readings(paths, want_class, shape_classes, shapes, rank_by)
     measured["devices"] = sorted({r["device"] for by in readings.values()
                                   for rows in by.values() for r in rows})
-    new = best_rows(readings, measured)
+    new = best_rows(readings, measured, rank_by)
     old = read(out) if out.exists() else ShippedFile([], out)
     write(merge(old, new, _measured_id(measured)), out)
     return new, refused

@@ -13,10 +13,10 @@ SQLAlchemy), written by `gemmforge ship` (search.ship) from confirmation CSVs:
                "speedup": ..., "min_speedup": ..., "readings": 3, "measured": "<id>"}, ...]}
 
 A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustained_us,
-cublas_sustained_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
+cublas_sustained_us, after_us, cublas_after_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
 speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),
-min_speedup the lowest reading; sustained_* are seconds-long runs under the power cap, where
-measured. `GEMMFORGE_SHIPPED=path` reads another file, `none` none.
+min_speedup the lowest reading; sustained_* are seconds-long runs under the power cap, after_*
+each launch after another kernel (search.timing.after_protocol), where measured. `GEMMFORGE_SHIPPED=path` reads another file, `none` none.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from gemmforge.ir.program import Problem, Program
 FORMAT = "gemmforge-shipped/1"
 DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json"
 FIGURES = ("kernel_us", "cublas_us", "speedup", "min_speedup", "cold_us", "cublas_cold_us",
-           "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us")
+           "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us", "after_us",
+           "cublas_after_us")
 
 
 class ShippedError(ValueError):

@@ -137,3 +137,29 @@ def test_shapes_leave_the_other_shapes_rows_as_shipped(tmp_path, capsys):
     assert main(["ship", "--from", str(later), "--shapes", "@" + str(tmp_path / "none.txt"),
                  "--command", "m", "--out", str(out)]) == 2
     assert "--shapes: no such file" in capsys.readouterr().err
+
+
+def test_rank_by_after_picks_the_best_after_another_kernel(tmp_path, capsys):
+    """--rank-by after: each shape's program is the one with the best median ratio after
+    another kernel (after_us), not back to back; its figures keep both; rows without after
+    figures are refused."""
+    header = "m,n,k,layout,acc,device,program,status,kernel_us,cublas_us,after_us,cublas_after_us\n"
+    pdl, plain = A + " pdl", A
+    rows = [(pdl, 4.0, 5.0, 5.2, 5.0), (plain, 4.6, 5.0, 4.8, 5.0), (B, 5.0, 5.0, "", "")]
+    src = tmp_path / "after.csv"
+    src.write_text(header + "".join(
+        f"4096,4096,4096,nn,f32,{H100},{p},ok,{k},{cb},{a},{ca}\n" for p, k, cb, a, ca in rows))
+    out = tmp_path / "s.json"
+    shipped, refused = ship([src], out, "kernel")
+    assert [r.program_text for r in shipped] == [pdl]  # back to back: 1.25x against 1.09x
+    shipped, refused = ship([src], out, "after", rank_by="after")
+    (row,) = shipped
+    assert row.program_text == plain and refused == {"no after_us and cublas_after_us to rank by": 1}
+    assert row.figures["after_us"] == 4.8 and row.figures["cublas_after_us"] == 5.0
+    assert row.figures["speedup"] == pytest.approx(5.0 / 4.6)
+    assert read(out).rows[0].figures["after_us"] == 4.8  # written and read back
+    with pytest.raises(ValueError):
+        ship([src], out, "x", rank_by="sustained")
+    assert main(["ship", "--from", str(src), "--rank-by", "after", "--command", "m", "--out",
+                 str(out)]) == 0
+    assert "refused 1 row(s): no after_us" in capsys.readouterr().out

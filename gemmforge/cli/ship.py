@@ -40,7 +40,7 @@ def cmd_ship(args) -> int:
     if not args.command.strip():
         raise UsageError("--command: say which command measured these files")
     out = Path(args.out) if args.out else DEFAULT_PATH
-    rows, refused = ship(paths, out, args.command, want, shape_classes, shapes)
+    rows, refused = ship(paths, out, args.command, want, shape_classes, shapes, args.rank_by)
     for why, count in refused.most_common():
         print(f"refused {count} row(s): {why}")
     if not rows:
@@ -67,6 +67,10 @@ def add_to(sub) -> None:
     s.add_argument("--shapes", metavar="SHAPES",
                    help="ship only rows of these shapes (MxNxK list, @FILE, grid:CLASSES; any "
                         "layout); the others keep their shipped rows (default: all)")
+    s.add_argument("--rank-by", choices=("kernel", "after"), default="kernel",
+                   help="what picks each shape's program: the kernel protocol's ratio (sustained "
+                        "where every reading has it; default) or the after protocol's (each "
+                        "launch after another kernel: bench --protocols kernel,after)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
                                  "search/data/shipped.json)")
