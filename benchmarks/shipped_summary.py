@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-LARGE_FLOPS = 1e11
+from gemmforge.search.grid_report import geomean as _geomean
+from gemmforge.search.portfolio import LARGE_FLOPS
+
 DEFAULT = Path(__file__).resolve().parent.parent / "search" / "data" / "shipped.json"
 
 
 def geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    """search.grid_report.geomean, nan for none."""
+    value = _geomean(xs)
+    return float("nan") if value is None else value
 
 
 def summary(rows: list[dict]) -> list[dict]:

@@ -129,6 +129,7 @@ def cmd_bench(args) -> int:
     from gemmforge.search.report import write_report
     from tqdm import tqdm
     plan, settings = _plan(args)
+    twins = _twin_fields(args.twins)
     results = []
     with BuilderPool() as builders, DeviceRunner(devices=[args.device]) as runner:
         chosen = _chosen([p for p, _ in plan], Arch.parse(args.arch, "--arch"),
@@ -136,7 +137,7 @@ def cmd_bench(args) -> int:
         for problem, todo in tqdm(plan, desc="bench", unit="shape"):
             if problem in chosen and chosen[problem] not in todo:
                 todo = [*todo, chosen[problem]]
-            todo = with_twins(todo, _twin_fields(args.twins), problem)
+            todo = with_twins(todo, twins, problem)
             if todo:
                 results += evaluate(todo, problem, device_runner=runner, builders=builders,
                                     settings=settings)
