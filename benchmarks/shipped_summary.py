@@ -3,8 +3,9 @@ time over its rows, with each row's figures from the confirmation that chose it.
 
     python3 benchmarks/shipped_summary.py [--shipped search/data/shipped.json]
 
-Columns: rows; kernel time with L2 warm and with L2 cold (rotated operands); rows under
-1.0x warm; the large class (2mnk >= 1e11: rows, warm geomean). README's "Where it stands"
+Columns: rows; kernel time with L2 warm and with L2 cold (rotated operands); each launch
+after another kernel (the after protocol, over the rows whose confirmation measured it);
+rows under 1.0x warm; the large class (2mnk >= 1e11: rows, warm geomean). README's "Where it stands"
 table is this output (its sustained-load figures come from the rounds it names).
 """
 from __future__ import annotations
@@ -36,10 +37,13 @@ def summary(rows: list[dict]) -> list[dict]:
     for (device, layout), rs in sorted(groups.items()):
         cold = [r["cublas_cold_us"] / r["cold_us"] for r in rs
                 if r.get("cold_us") and r.get("cublas_cold_us")]
+        after = [r["cublas_after_us"] / r["after_us"] for r in rs
+                 if r.get("after_us") and r.get("cublas_after_us")]
         large = [r["speedup"] for r in rs if 2 * r["m"] * r["n"] * r["k"] >= LARGE_FLOPS]
         out.append({"device": device, "layout": layout, "rows": len(rs),
                     "warm": geomean([r["speedup"] for r in rs]),
                     "cold": geomean(cold), "cold_rows": len(cold),
+                    "after": geomean(after), "after_rows": len(after),
                     "under": sum(r["speedup"] < 1.0 for r in rs),
                     "large_rows": len(large), "large_warm": geomean(large)})
     return out
@@ -50,12 +54,14 @@ def main() -> int:
     ap.add_argument("--shipped", type=Path, default=DEFAULT)
     args = ap.parse_args()
     lines = summary(json.loads(args.shipped.read_text())["rows"])
-    print("| GPU | layout | rows | L2 warm | L2 cold | under 1.0x warm | large class: rows, warm |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| GPU | layout | rows | L2 warm | L2 cold | after another kernel | under 1.0x warm "
+          "| large class: rows, warm |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in lines:
         cold = f"{s['cold']:.3f}x" + ("" if s["cold_rows"] == s["rows"] else f" ({s['cold_rows']} rows)")
+        after = f"{s['after']:.3f}x ({s['after_rows']} rows)" if s["after_rows"] else "-"
         large = f"{s['large_rows']}, {s['large_warm']:.3f}x" if s["large_rows"] else "-"
-        print(f"| {s['device']} | {s['layout']} | {s['rows']} | {s['warm']:.3f}x | {cold} | "
+        print(f"| {s['device']} | {s['layout']} | {s['rows']} | {s['warm']:.3f}x | {cold} | {after} | "
               f"{s['under']} | {large} |")
     return 0
 

@@ -49,7 +49,7 @@ from gemmforge.search.selection import (comparable_speedup, disturbed, latest_cl
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
                                 graph_us=1000.0)
-CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call"), rounds=10)
+CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "after"), rounds=10)
 SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "sustained"))
 ETA_EVERY_S = 30.0
 BUILD_SHARE = 0.5  # of max_seconds: the most the build pass may take in one run

@@ -94,17 +94,24 @@ def shipped_rows(problems, device_class: str, device: str,
                         str(problem.acc), device=device, **{
                             k: f.get(k) for k in ("kernel_us", "cublas_us", "cold_us",
                                                   "cublas_cold_us", "call_us", "cublas_call_us",
-                                                  "sustained_us", "cublas_sustained_us")},
+                                                  "sustained_us", "cublas_sustained_us",
+                                                  "after_us", "cublas_after_us")},
                         paired_speedup=row.speedup)  # the shipped ratio: a median of readings
         published = cuda_l2().get((problem.m, problem.n, problem.k), {})
         out.append((result, {
             "shape_class": shape_class(problem), "confirmed": True, "source": "shipped",
-            "regate": "shipped", "selected_by": "kernel" if not result.sustained_speedup
-            else "sustained", "cold_speedup": result.cold_speedup,
+            "regate": "shipped", "selected_by": _ranked_by(result),
+            "cold_speedup": result.cold_speedup,
             "sustained_speedup": result.sustained_speedup,
             **{f"cuda_l2_{c}": published.get(c) for c in L2_COLUMNS},
             "command": row.measured.get("command", "")}))
     return out
+
+
+def _ranked_by(result: Result) -> str:
+    """The figure `gemmforge ship` ranked a shipped row by (search.ship, rank_by auto)."""
+    return ("sustained" if result.sustained_speedup else "after" if result.after_speedup
+            else "kernel")
 
 
 def geomean(xs) -> float | None:

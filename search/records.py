@@ -373,6 +373,11 @@ class Result(_Record):
         return _ratio(self.cublas_sustained_us, self.sustained_us)
 
     @property
+    def after_speedup(self) -> float | None:
+        """cublas_after_us / after_us (each launch after another kernel), or None."""
+        return _ratio(self.cublas_after_us, self.after_us)
+
+    @property
     def implausible(self) -> bool:
         return any(f.startswith(IMPLAUSIBLE) for f in self.flags)
 

@@ -1,7 +1,7 @@
 """How a campaign picks a shape's winner among its confirmation's results.
 
     selection_ratio(problem, result)   # the figure the winner maximises
-    selected_by(problem, result)       # which figures that was: sustained, kernel+cold, kernel
+    selected_by(problem, result)       # which figures that was: sustained, after, kernel+cold, kernel
     disturbed(rounds)                  # confirmation rounds measured on a disturbed GPU
     comparable_speedup(results)        # ranks readings of different groups against one cuBLAS
 """
@@ -23,15 +23,30 @@ def ok(r: Result) -> bool:
 
 def selection_ratio(problem: Problem, r: Result) -> float:
     """What a confirmation's winner is chosen by: the sustained ratio for the large class
-    where measured; else the geometric mean of the kernel ratios with L2 warm and L2 cold
-    where both are measured (weights are cold in a model's forward pass: a program that
-    wins warm by overlapping back-to-back launches, pdl, must not lose it cold); else the
-    kernel ratio (paired, L2 warm)."""
+    where measured; else the after protocol's ratio where measured (each launch after another
+    kernel, as a GEMM runs in a model: the kernel protocol's launches follow their own, which
+    a pdl program overlaps, and so do the cold protocol's rotated copies of small problems;
+    benchmarks/NOTES.md, thirty-fourth session); else the geometric mean of the kernel
+    ratios with L2 warm and L2 cold where both are measured; else the kernel ratio (paired,
+    L2 warm)."""
+    return _SELECTED[selected_by(problem, r)](r)
+
+
+_SELECTED: dict[str, Callable[[Result], float]] = {
+    "sustained": lambda r: r.sustained_speedup,
+    "after": lambda r: r.after_speedup,
+    "kernel+cold": lambda r: math.sqrt(r.speedup * r.cold_speedup),
+    "kernel": lambda r: r.speedup,
+}
+
+
+def selected_by(problem: Problem, r: Result) -> str:
+    """Which figures selection_ratio uses for `r`: sustained, after, kernel+cold or kernel."""
     if shape_class(problem) == "large" and r.sustained_speedup is not None:
-        return r.sustained_speedup
-    if r.cold_speedup is not None:
-        return math.sqrt(r.speedup * r.cold_speedup)
-    return r.speedup
+        return "sustained"
+    if r.after_speedup is not None:
+        return "after"
+    return "kernel+cold" if r.cold_speedup is not None else "kernel"
 
 
 def latest_clean(rounds: dict[int, list[Result]], bad: set[int]) -> list[Result]:
@@ -39,13 +54,6 @@ def latest_clean(rounds: dict[int, list[Result]], bad: set[int]) -> list[Result]
     (`bad`, from disturbed()); [] when there is none."""
     clean = [n for n in rounds if n not in bad]
     return [r for r in rounds[clean[-1]] if ok(r)] if clean else []
-
-
-def selected_by(problem: Problem, r: Result) -> str:
-    """Which figures selection_ratio used for `r`: sustained, kernel+cold or kernel."""
-    if shape_class(problem) == "large" and r.sustained_speedup is not None:
-        return "sustained"
-    return "kernel+cold" if r.cold_speedup is not None else "kernel"
 
 
 # A confirmation round whose cuBLAS reading is this much slower than the shape's fastest

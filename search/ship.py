@@ -13,10 +13,12 @@ where present. Rows of a replayed or synthetic device, or of another class than
 they keep the confirmation of the round that was) or outside --shapes (a round whose changes
 were confirmed at some shapes only: the others keep their shipped rows), are refused too. Per (device class, layout, acc, shape), the program with
 the highest median speedup over its readings ships (ties: more readings), with the medians
-of its figures; where every reading of the shape has sustained_us and cublas_sustained_us
-(seconds under the power cap), the highest median sustained ratio picks instead. With
-rank_by "after" (`--rank-by after`) the highest median after-another-kernel ratio picks
-(cublas_after_us / after_us), and rows without those figures are refused. Rows already in the output file for other keys stay; keys in the input are
+of its figures. What that speedup is (rank_by, `--rank-by`): "auto" (the default) takes the
+most user-like protocol every reading of the shape measured: sustained (sustained_us and
+cublas_sustained_us, seconds under the power cap: the large class), else after
+(cublas_after_us / after_us, each launch after another kernel: a pdl program's overlap of
+its own previous launch does not count), else the kernel protocol's; "kernel" skips the
+after figures; "after" ranks by them alone and refuses rows without them. Rows already in the output file for other keys stay; keys in the input are
 replaced. The file is written whole and renamed into place.
 """
 from __future__ import annotations
@@ -41,15 +43,16 @@ GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 PASSED = {"true", "ok", "pass", "passed", "1", "yes"}
 
 
-RANKINGS = ("kernel", "after")
-"""What picks a key's program: the kernel protocol's ratio (sustained where every reading has
-it), or the after protocol's."""
+RANKINGS = ("auto", "kernel", "after")
+"""What picks a key's program: auto, the sustained ratio where every reading has it, else the
+after protocol's, else the kernel protocol's; kernel, the same without the after step;
+after, the after protocol's alone."""
 
 
 def refusal(row: dict, want_class: str | None,
             shape_classes: frozenset[str] | None = None,
             shapes: frozenset[tuple[int, int, int]] | None = None,
-            rank_by: str = "kernel") -> str | None:
+            rank_by: str = "auto") -> str | None:
     """Why a CSV row can't count as a confirmed reading (None: it can); `shape_classes`:
     the classes (search.portfolio.CLASSES) whose rows may ship, None for all; `shapes`: the
     (m, n, k) whose rows may ship, None for all; rank_by "after": a row needs its after
@@ -103,7 +106,7 @@ def _speedup(row: dict) -> float:
 
 def read_readings(paths: list[Path], want_class: str | None,
                   shape_classes: frozenset[str] | None = None,
-                  shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "kernel"):
+                  shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "auto"):
     """{(class, problem): {program: [row, ...]}} of the rows that count, and a Counter of
     why the others were refused."""
     readings: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -145,16 +148,24 @@ def _after(row: dict) -> float | None:
     return _protocol_ratio(row, "after")
 
 
-def _rank(by_program: dict[str, list[dict]], rank_by: str = "kernel"):
-    """The ranking of a key's programs: with rank_by "after" the median after ratio; else the
-    median sustained ratio where every reading of every program has one (the large class: its
-    winner is the best under load), else the median speedup; ties: more readings."""
-    sustained = all(_sustained(r) is not None for rows in by_program.values() for r in rows)
-    ratio = _after if rank_by == "after" else _sustained if sustained else _speedup
+def _rank(by_program: dict[str, list[dict]], rank_by: str = "auto"):
+    """The ranking of a key's programs by RANKINGS' rank_by: the median of that ratio over
+    each program's readings (a protocol counts where every reading of every program of the
+    key has it); ties: more readings."""
+    def everywhere(ratio) -> bool:
+        return all(ratio(r) is not None for rows in by_program.values() for r in rows)
+    if rank_by == "after":
+        ratio = _after
+    elif everywhere(_sustained):
+        ratio = _sustained
+    elif rank_by == "auto" and everywhere(_after):
+        ratio = _after
+    else:
+        ratio = _speedup
     return lambda item: (statistics.median(ratio(r) for r in item[1]), len(item[1]))
 
 
-def best_rows(readings, measured: dict, rank_by: str = "kernel") -> list[ShippedRow]:
+def best_rows(readings, measured: dict, rank_by: str = "auto") -> list[ShippedRow]:
     """Per key the best program by _rank, with the medians of its readings' figures."""
     out = []
     for (cls, problem), by_program in readings.items():
@@ -231,7 +242,7 @@ def _dumps(value, indent=None) -> str:
 
 def ship(paths: list[Path], out: Path, command: str, want_class: str | None = None,
          shape_classes: frozenset[str] | None = None,
-         shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "kernel"):
+         shapes: frozenset[tuple[int, int, int]] | None = None, rank_by: str = "auto"):
     """Build `out` from the CSVs at `paths`; returns (rows shipped, refusal Counter)."""
     if rank_by not in RANKINGS:
         raise ValueError(f"rank_by {rank_by!r}: one of {', '.join(RANKINGS)}")

@@ -96,6 +96,26 @@ def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
     assert selection_ratio(large, under_load) == 0.8 and selected_by(large, under_load) == "sustained"
 
 
+def test_the_after_protocol_picks_where_measured_below_the_large_class():
+    """A pdl program overlaps its own previous launch in the kernel protocol and in the cold
+    protocol's rotated copies; after another kernel it overlaps nothing and pays for pdl."""
+    from gemmforge.search.selection import selected_by, selection_ratio
+    from gemmforge.search.records import Result
+    small, large = Problem(64, 64, 1024), Problem(4096, 4096, 8192)
+
+    def timed(problem, warm_us, cold_us, after_us, sustained_us=None):
+        return Result("p", problem.m, problem.n, problem.k, kernel_us=warm_us, cublas_us=10.0,
+                      cold_us=cold_us, cublas_cold_us=10.0, after_us=after_us,
+                      cublas_after_us=10.0, sustained_us=sustained_us,
+                      cublas_sustained_us=None if sustained_us is None else 10.0)
+    pdl = timed(small, 10 / 1.20, 10 / 1.15, 10 / 0.99)
+    twin = timed(small, 10 / 1.03, 10 / 1.03, 10 / 1.03)
+    assert selected_by(small, pdl) == selected_by(small, twin) == "after"
+    assert selection_ratio(small, pdl) == pytest.approx(0.99)
+    assert selection_ratio(small, twin) > selection_ratio(small, pdl)
+    assert selected_by(large, timed(large, 8.0, 8.0, 8.0, sustained_us=12.5)) == "sustained"
+
+
 def _two_classes(tmp_path, monkeypatch):
     """A shipped file where the H100 has rows at two shapes and the H200 at one of them (its
     own program there), read by the runtime: (own, lone, h100's program, h200's program)."""

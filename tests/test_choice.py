@@ -26,6 +26,8 @@ MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direc
 HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 H100 = "NVIDIA H100 80GB HBM3"
 SHAPES = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
+GEO_NN_H200 = 1.0481  # kernel-protocol geomean of the H200's 813 nn rows below 1e11, as shipped
+GEO_NT_H200 = 1.0546  # and of its 160 nt rows (README, "Where it stands")
 
 
 @pytest.mark.parametrize("name, cls", [
@@ -202,8 +204,10 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     M x N <= 2^21 in the thirty-second's long-K split round (long_k_split_h200_s32), then those
     with a narrow side in its streaming round (stream_h200_s32), 14 of the rows under 1.0x in
     the cuBLAS-mirror round (cublas_mirror_nn_h200_s32, shipped in the thirty-third at the
-    shapes two fresh pairs confirmed), its large class from the twenty-seventh's: one legal
-    program per grid shape, each with the command that measured it on an H200."""
+    shapes two fresh pairs confirmed), its large class from the twenty-seventh's; then every
+    row below 1e11 whose program had pdl, ranked after another kernel in the thirty-fourth
+    (pdl_after_nn_h200_s34: kernel, cold and after figures, no call): one legal program per
+    grid shape, each with the command that measured it on an H200."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -220,7 +224,13 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert len(stream) == 105 and stream < {r.problem for r in below} and not stream & bound
     mirror = set(parse_shapes(f"@{SHAPES / 'cublas_mirror_confirmed_nn_h200.txt'}"))
     assert len(mirror) == 14 and mirror < {r.problem for r in below} and not mirror & bound
+    after = _pdl_after_shapes("nn")
+    assert len(after) == 684 and after < {r.problem for r in below}
     for r in below:
+        if r.problem in after:
+            assert "pdl_{small,rest}_{nn,nt}_h200" in r.measured["command"]
+            assert r.figures.get("after_us") and r.figures.get("cold_us") and r.measured["commit"]
+            continue
         store = ("output_bound_" if r.problem in bound else
                  "cublas_mirror_" if r.problem in mirror else
                  "stream_" if r.problem in stream else
@@ -230,7 +240,7 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
         assert r.figures.get("cold_us") and r.figures.get("call_us")
     assert all(r.measured["devices"] == ["NVIDIA H200"] for r in rows.values())
     geo = geomean(r.speedup for r in below)
-    assert geo == pytest.approx(1.1472, abs=1e-4)
+    assert geo == pytest.approx(GEO_NN_H200, abs=1e-4)
 
 
 def test_the_package_ships_the_nt_shapes_for_the_h200():
@@ -241,7 +251,8 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     wave_fit_h200_s30, the nine with K <= 512 and M x N >= 2^23 in the thirty-first's
     output-bound round, the 32 with K >= 4096 and M x N <= 2^21 in the thirty-second's
     long-K split round and the 20 with a narrow side in its streaming round), each legal, the
-    large ones chosen under load."""
+    large ones chosen under load; the 120 below 1e11 whose program had pdl ranked after another
+    kernel in the thirty-fourth session)."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -259,7 +270,13 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     assert len(long_k) == 32 and long_k < set(rows) and not long_k & bound
     stream = set(parse_shapes(f"@{SHAPES / 'stream_nt_h200.txt'}", "nt", "f32"))
     assert len(stream) == 20 and stream < set(rows) and not stream & bound
+    after = _pdl_after_shapes("nt")
+    assert len(after) == 120 and after < set(rows)
     for problem, r in rows.items():
+        if problem in after:
+            assert "pdl_{small,rest}_{nn,nt}_h200" in r.measured["command"]
+            assert r.figures.get("after_us") and r.figures.get("cold_us") and r.measured["commit"]
+            continue
         store = ("output_bound_" if problem in bound else
                  "stream_" if problem in stream else
                  "long_k_split_" if problem in long_k else
@@ -270,7 +287,14 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     large = [r for r in rows.values() if r.problem.flops >= 1e11]
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
     geo = geomean(r.speedup for r in rows.values())
-    assert geo == pytest.approx(1.1888, abs=1e-4)
+    assert geo == pytest.approx(GEO_NT_H200, abs=1e-4)
+
+
+def _pdl_after_shapes(layout: str) -> set:
+    """The H200 rows of `layout` the thirty-fourth session ranked after another kernel."""
+    from gemmforge.search.shapes import parse_shapes
+    return {p for name in ("pdl_small", "pdl_rest")
+            for p in parse_shapes(f"@{SHAPES / f'{name}_{layout}_h200.txt'}", layout, "f32")}
 
 
 def _shipped_h100(problem: Problem) -> str:
@@ -350,10 +374,10 @@ def test_gemmforge_pdl_0_takes_pdl_off_the_program_chosen(monkeypatch):
     pays only where the kernel before it lets it start early), and the line says so."""
     from gemmforge.search.choice import resolve
     problem = Problem(64, 64, 64)
-    shipped = resolve(problem, Arch.SM90A, "h200")
+    shipped = resolve(problem, Arch.SM90A, "h100")
     assert shipped.program.pdl and not shipped.pdl_dropped
     monkeypatch.setenv("GEMMFORGE_PDL", "0")
-    off = resolve(problem, Arch.SM90A, "h200")
+    off = resolve(problem, Arch.SM90A, "h100")
     assert off.program == replace(shipped.program, pdl=False) and off.pdl_dropped
     assert check(off.program, problem) is None
     assert "measured with pdl" in off.line() and "pdl off (GEMMFORGE_PDL=0)" in off.line()
@@ -361,4 +385,4 @@ def test_gemmforge_pdl_0_takes_pdl_off_the_program_chosen(monkeypatch):
     assert heuristic.source == "heuristic" and heuristic.pdl_dropped and not heuristic.program.pdl
     assert heuristic.line().endswith("; pdl off (GEMMFORGE_PDL=0))")
     monkeypatch.setenv("GEMMFORGE_PDL", "1")
-    assert resolve(problem, Arch.SM90A, "h200") == shipped
+    assert resolve(problem, Arch.SM90A, "h100") == shipped

@@ -67,8 +67,10 @@ def test_twin_summary_is_cublas_over_ours_per_kind():
 def test_shipped_summary_per_class_and_layout():
     row = dict(layout="nn", m=64, n=64, k=64, cold_us=2.0, cublas_cold_us=2.2)
     rows = [dict(row, device_class="h200", speedup=1.2), dict(row, device_class="h200", speedup=0.9),
-            dict(row, device_class="h200", speedup=1.0, m=8192, n=8192, k=8192, cold_us=None)]
+            dict(row, device_class="h200", speedup=1.0, m=8192, n=8192, k=8192, cold_us=None,
+                 after_us=4.0, cublas_after_us=4.2)]
     (line,) = summary.summary(rows)
     assert line["rows"] == 3 and line["under"] == 1 and line["cold_rows"] == 2
     assert line["warm"] == pytest.approx((1.2 * 0.9 * 1.0) ** (1 / 3))
     assert line["cold"] == pytest.approx(1.1) and line["large_rows"] == 1 and line["large_warm"] == 1.0
+    assert line["after_rows"] == 1 and line["after"] == pytest.approx(1.05)

@@ -163,3 +163,23 @@ def test_rank_by_after_picks_the_best_after_another_kernel(tmp_path, capsys):
     assert main(["ship", "--from", str(src), "--rank-by", "after", "--command", "m", "--out",
                  str(out)]) == 0
     assert "refused 1 row(s): no after_us" in capsys.readouterr().out
+
+
+def test_auto_ranks_by_the_after_protocol_where_every_reading_has_it(tmp_path):
+    """The default (auto): after another kernel where every reading of the shape measured it,
+    so a pdl program's overlap of its own previous launch does not pick it; "kernel" keeps
+    the back-to-back ranking; one reading without after figures puts the shape back on it."""
+    header = "m,n,k,layout,acc,device,program,status,kernel_us,cublas_us,after_us,cublas_after_us\n"
+    pdl, plain = A + " pdl", A
+
+    def source(name, rows):
+        path = tmp_path / name
+        path.write_text(header + "".join(
+            f"4096,4096,4096,nn,f32,{H100},{p},ok,{k},{cb},{a},{ca}\n" for p, k, cb, a, ca in rows))
+        return path
+    both = source("both.csv", [(pdl, 4.0, 5.0, 5.2, 5.0), (plain, 4.6, 5.0, 4.8, 5.0)])
+    out = tmp_path / "s.json"
+    assert [r.program_text for r in ship([both], out, "auto")[0]] == [plain]
+    assert [r.program_text for r in ship([both], out, "kernel", rank_by="kernel")[0]] == [pdl]
+    partly = source("partly.csv", [(plain, 4.7, 5.0, "", "")])
+    assert [r.program_text for r in ship([both, partly], out, "auto")[0]] == [pdl]

@@ -67,10 +67,12 @@ def add_to(sub) -> None:
     s.add_argument("--shapes", metavar="SHAPES",
                    help="ship only rows of these shapes (MxNxK list, @FILE, grid:CLASSES; any "
                         "layout); the others keep their shipped rows (default: all)")
-    s.add_argument("--rank-by", choices=("kernel", "after"), default="kernel",
-                   help="what picks each shape's program: the kernel protocol's ratio (sustained "
-                        "where every reading has it; default) or the after protocol's (each "
-                        "launch after another kernel: bench --protocols kernel,after)")
+    s.add_argument("--rank-by", choices=("auto", "kernel", "after"), default="auto",
+                   help="what picks each shape's program: auto (default), the sustained ratio "
+                        "where every reading has it, else the after protocol's (each launch "
+                        "after another kernel: bench --protocols kernel,after), else the kernel "
+                        "protocol's; kernel, the same without the after step; after, the after "
+                        "protocol's alone (rows without it refused)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
                                  "search/data/shipped.json)")
