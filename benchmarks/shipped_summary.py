@@ -61,8 +61,8 @@ def main() -> int:
         cold = f"{s['cold']:.3f}x" + ("" if s["cold_rows"] == s["rows"] else f" ({s['cold_rows']} rows)")
         after = f"{s['after']:.3f}x ({s['after_rows']} rows)" if s["after_rows"] else "-"
         large = f"{s['large_rows']}, {s['large_warm']:.3f}x" if s["large_rows"] else "-"
-        print(f"| {s['device']} | {s['layout']} | {s['rows']} | {s['warm']:.3f}x | {cold} | {after} | "
-              f"{s['under']} | {large} |")
+        print(f"| {s['device']} | {s['layout']} | {s['rows']} | {s['warm']:.3f}x | {cold} | "
+              f"{after} | {s['under']} | {large} |")
     return 0
 
 

@@ -15,10 +15,11 @@ Passes, each over every shape before the next starts:
                optuna study + policy, `search_budget` more candidates; the study lives in
                the same file and starts with the portfolio's results as its trials.
   confirm .... each shape's best `top` distinct programs (and the last winner) timed again
-               in a fresh group beside cuBLAS with the kernel, cold and call protocols,
-               re-gated after timing (search.bench: a wrong output is a failed Result, never
-               a winner); the winner is the best over L2 warm and cold together
-               (selection_ratio); the large class (2mnk >= 1e11) is also timed in the
+               in a fresh group beside cuBLAS with the kernel, cold, call and after
+               protocols, re-gated after timing (search.bench: a wrong output is a failed
+               Result, never a winner); the winner is the best after another kernel
+               (selection_ratio; rounds stored before the after protocol joined: over L2
+               warm and cold together); the large class (2mnk >= 1e11) is also timed in the
                sustained protocol, and there the winner is the best under sustained load. A round is stored
                whole or not at all; it is repeated when the contenders change, and once more
                when measured on a disturbed GPU (search.selection.disturbed), and for every

@@ -23,14 +23,16 @@ from gemmforge.ir.program import Arch, Problem, Program
 from gemmforge.search.choice import MAX_DISTANCE, distance, resolve, usable
 from gemmforge.search.devices import DEFAULT_CLASS, device_class, lookup_classes
 from gemmforge.search.records import BenchSettings, Result
+from gemmforge.search.selection import selection_ratio
 
 QUICK_BACKENDS = ("cuda_wgmma", "triton")
 """The heuristic's backends for the quick tune: the two that won the grid campaign."""
 SHIPPED = 4       # nearest distinct shipped programs per shape
 PER_BACKEND = 2   # heuristic proposals per backend
-QUICK_BENCH = BenchSettings(protocols=("kernel", "cold", "call"), rounds=10)
+QUICK_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "after"), rounds=10)
 """The group's timing: the campaign's confirmation settings (search.campaign.CONFIRM_BENCH),
-so a quick-tuned entry carries the same figures as a confirmed one."""
+so a quick-tuned entry carries the same figures as a confirmed one and is picked the same way
+(search.selection.selection_ratio)."""
 STUDY = "quick"  # the tuned database's `study` column for quick-tuned rows
 
 
@@ -103,8 +105,10 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                shipped_path=None, seed: int = 0) -> list[QuickOutcome]:
     """Quick-tune `problems` on `runner` (a GridRunner or ReplayGridRunner) for its preferred
     arch: each shape's neighbour_candidates timed as one group beside cuBLAS, the best ok
-    (highest speedup) recorded in `database` (search.database.TunedDatabase) under
-    runner.device with `command` and study "quick" (kept only if it beats the stored row).
+    recorded in `database` (search.database.TunedDatabase) under
+    runner.device with `command` and study "quick" (kept only if it beats the stored row); best
+    as a campaign's confirmation picks (search.selection.selection_ratio: after another kernel
+    where measured).
     Returns one QuickOutcome per problem, in order."""
     arch = runner.archs[0]
     cls, own = lookup_class(runner, arch)
@@ -120,7 +124,7 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
         outcome = outcomes[problem]
         outcome.results = results
         ok = [r for r in results if r.ok and r.speedup is not None]
-        outcome.best = max(ok, key=lambda r: r.speedup) if ok else None
+        outcome.best = max(ok, key=lambda r: selection_ratio(problem, r)) if ok else None
         if outcome.best is not None:
             outcome.recorded = database.record(runner.device, problem, outcome.best, command,
                                                study=STUDY)

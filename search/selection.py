@@ -1,7 +1,7 @@
 """How a campaign picks a shape's winner among its confirmation's results.
 
     selection_ratio(problem, result)   # the figure the winner maximises
-    selected_by(problem, result)       # which figures that was: sustained, after, kernel+cold, kernel
+    selected_by(problem, result)       # which: sustained, after, kernel+cold, kernel
     disturbed(rounds)                  # confirmation rounds measured on a disturbed GPU
     comparable_speedup(results)        # ranks readings of different groups against one cuBLAS
 """

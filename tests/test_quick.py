@@ -204,3 +204,27 @@ def test_off_grid_benchmark_resolves_with_the_tuned_database(capsys, tmp_path):
     assert shipped.provenance == "shipped-nearest" and quick.provenance == "tuned-exact"
     entry = TunedDatabase(url).best(H100, Problem(600, 4096, 4096))
     assert quick.program == entry.program and campaign.program == again.program
+
+
+class AfterRunner(CountingRunner):
+    """Answers each group with made-up figures: the first program fastest back to back (as a
+    pdl program reads), the last fastest after another kernel."""
+
+    def measure_groups(self, groups, settings, on_group, seed=0):
+        from gemmforge.search.records import Result
+        assert "after" in settings.protocols  # timed as a campaign's confirmation is
+        for p, programs in groups:
+            last = len(programs) - 1
+            on_group(p, [Result(text, p.m, p.n, p.k, device=self.device,
+                                kernel_us=8.0 if i == 0 else 10.0, cublas_us=10.0,
+                                cold_us=10.0, cublas_cold_us=10.0,
+                                after_us=9.0 if i == last else 11.0, cublas_after_us=10.0)
+                         for i, text in enumerate(programs)])
+
+
+def test_quick_tune_picks_after_another_kernel_where_measured(shipped_file, tmp_path):
+    db = TunedDatabase(f"sqlite:///{tmp_path / 'tuned.db'}")
+    [o] = quick_tune(AfterRunner(H100), [TARGET], db, shipped_path=shipped_file)
+    assert len(o.candidates) > 1 and o.best.program == o.candidates[-1]
+    assert o.best.after_speedup == pytest.approx(10 / 9)
+    db.close()
