@@ -7,13 +7,14 @@ Writes, under the folder:
   NAME.csv ......... one row per shape measured so far (1,000 once the campaign is through;
                      with `shipped`, the grid shapes the campaign lacks come from the shipped
                      file's confirmations for its device class, marked source "shipped"):
-                     the results-file columns (search.report.COLUMNS: kernel, cold and call
-                     times, each with cuBLAS's in the same group, sustained for the large
-                     class) of the shape's confirmed winner, plus shape_class, confirmed,
-                     regate ("ok": passed the gate after timing; "not confirmed": the best
-                     unconfirmed reading, so `gemmforge ship` refuses it), selected_by
-                     (sustained, kernel+cold or kernel: campaign.selection_ratio), cold/sustained ratios and CUDA-L2's published
-                     ratios at the shape. `gemmforge ship --from NAME.csv` reads it as is.
+                     the results-file columns (search.report.COLUMNS: kernel, cold, call and
+                     after times, each with cuBLAS's in the same group, sustained for the
+                     large class) of the shape's confirmed winner, plus shape_class,
+                     confirmed, regate ("ok": passed the gate after timing; "not confirmed":
+                     the best unconfirmed reading, so `gemmforge ship` refuses it),
+                     selected_by (sustained, after, kernel+cold or kernel:
+                     selection.selection_ratio; a shipped row: what ship ranked it by),
+                     cold/sustained ratios and CUDA-L2's published ratios at the shape. `gemmforge ship --from NAME.csv` reads it as is.
   NAME_decades.csv . per FLOP decade (2mnk) and overall: shapes, geomeans of our kernel,
                      cold, call and sustained ratios to cuBLAS, the lowest kernel ratio,
                      and CUDA-L2's published offline/server geomeans over the same shapes.
