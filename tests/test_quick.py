@@ -228,3 +228,14 @@ def test_quick_tune_picks_after_another_kernel_where_measured(shipped_file, tmp_
     assert len(o.candidates) > 1 and o.best.program == o.candidates[-1]
     assert o.best.after_speedup == pytest.approx(10 / 9)
     db.close()
+
+
+def test_quick_lines_show_the_after_figure_that_picked(shipped_file, tmp_path):
+    from gemmforge.cli.quick import _lines
+    db = TunedDatabase(f"sqlite:///{tmp_path / 'tuned.db'}")
+    [o] = quick_tune(AfterRunner(H100), [TARGET], db, shipped_path=shipped_file)
+    lines = _lines(o)
+    assert lines[1].split()[:2] == ["1.250x,", "0.909x"]  # back to back, then after
+    assert lines[-2].startswith(" *") and "1.111x after" in lines[-2]
+    assert "(1.111x after another kernel, which picks it)" in lines[-1]
+    db.close()

@@ -5,11 +5,13 @@
     gemmforge tune --quick --shapes 77x4096x4096 --replay synthetic    # no GPU: replayed
 
 Per shape: the 4 nearest distinct shipped programs and the heuristic's top 2 of cuda_wgmma
-and triton (`--backends` picks others), timed in one group beside cuBLAS (kernel, cold and
-call protocols, 10 rounds, re-gated after timing); the best ok one becomes the tuned
+and triton (`--backends` picks others), timed in one group beside cuBLAS (kernel, cold, call
+and after protocols, 10 rounds, re-gated after timing); the best ok one (after another kernel,
+as a campaign's confirmation picks) becomes the tuned
 database's entry (`--storage`, default the tuner's), which `matmul`, `emit` and the torch
-op then serve as "tuned-exact". Prints each shape's candidates with their cuBLAS ratios,
-the winner, and the resolver's provenance before and after.
+op then serve as "tuned-exact". Prints each shape's candidates with their cuBLAS ratios (back
+to back, and after another kernel where measured: that picks the winner), the winner, and the
+resolver's provenance before and after.
 """
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ def _lines(o) -> list[str]:
         if r is None:
             figure = "not measured"
         elif r.ok and r.speedup is not None:
-            figure = f"{r.speedup:.3f}x"
+            figure = f"{r.speedup:.3f}x" + ("" if r.after_speedup is None
+                                             else f", {r.after_speedup:.3f}x after")
         else:
             figure = f"{r.kind}: {(r.message.splitlines() or [''])[0][:60]}"
         out.append(f" {mark} {figure:>{RATIO_WIDTH}}  {text}")
@@ -95,6 +98,8 @@ def _lines(o) -> list[str]:
         out.append(f"  no candidate measured ok; program: {o.before} (unchanged)")
     else:
         kept = "recorded" if o.recorded else "not recorded (the stored entry measured as high or higher)"
-        out.append(f"  winner {o.best.speedup:.3f}x cuBLAS, {kept}; program: "
+        after = ("" if o.best.after_speedup is None
+                 else f" ({o.best.after_speedup:.3f}x after another kernel, which picks it)")
+        out.append(f"  winner {o.best.speedup:.3f}x cuBLAS{after}, {kept}; program: "
                    f"{o.before} -> {o.after}")
     return out
