@@ -9,8 +9,10 @@ Passes, each over every shape before the next starts:
                builder pool; the artifact cache serves every later request). A program
                that fails to build is recorded failed at every shape it was planned for.
   portfolio .. at each shape, its planned programs (search.portfolio) timed as one group
-               beside cuBLAS, kernel protocol only, several shapes per batch so builds and
-               timing overlap (search.measure); each shape's group stored as it lands.
+               beside cuBLAS, kernel and after protocols (the confirmation's contenders are
+               the best after another kernel below the large class: ranking_protocol),
+               several shapes per batch so builds and timing overlap (search.measure);
+               each shape's group stored as it lands.
   search ..... where the portfolio's best is below `threshold` x cuBLAS: search.tuner's
                optuna study + policy, `search_budget` more candidates; the study lives in
                the same file and starts with the portfolio's results as its trials.
@@ -45,10 +47,10 @@ from gemmforge.search.campaign_store import CampaignStore
 from gemmforge.search.portfolio import Portfolio, shape_class
 from gemmforge.search.records import BenchSettings, Result
 from gemmforge.search.selection import (comparable_speedup, disturbed, latest_clean, ok,
-                                         selection_ratio)
+                                         ranking_protocol, selection_ratio)
 
 PASSES = ("build", "portfolio", "search", "confirm")
-PORTFOLIO_BENCH = BenchSettings(protocols=("kernel",), rounds=3, warmup=3, warm_rounds=1,
+PORTFOLIO_BENCH = BenchSettings(protocols=("kernel", "after"), rounds=3, warmup=3, warm_rounds=1,
                                 graph_us=1000.0)
 CONFIRM_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "after"), rounds=10)
 SUSTAINED_BENCH = replace(CONFIRM_BENCH, protocols=("kernel", "cold", "call", "sustained"))
@@ -248,13 +250,14 @@ class Campaign:
     # confirm ---------------------------------------------------------------------------
     def measured_best(self, problem: Problem,
                       passes: Sequence[str] = ("portfolio", "search")) -> list[Result]:
-        """The ok results of `passes` at `problem`, best first (by comparable_speedup: groups
-        whose cuBLAS read slow are not ranked above the others for it), one per program;
-        programs that failed a confirmation (a re-gate) are left out."""
+        """The ok results of `passes` at `problem`, best first (by comparable_speedup in the
+        ranking_protocol: after another kernel below the large class where every reading has
+        it; groups whose cuBLAS read slow are not ranked above the others for it), one per
+        program; programs that failed a confirmation (a re-gate) are left out."""
         failed = {r.program for r in self.store.results(problem, "confirm") if not r.ok}
         good = [r for name in passes for r in self.store.results(problem, name)
                 if ok(r) and r.program not in failed]
-        figure = comparable_speedup(good)
+        figure = comparable_speedup(good, ranking_protocol(problem, good))
         best: dict[str, Result] = {}
         for r in good:
             if r.program not in best or figure(r) > figure(best[r.program]):

@@ -3,7 +3,8 @@
     selection_ratio(problem, result)   # the figure the winner maximises
     selected_by(problem, result)       # which: sustained, after, kernel+cold, kernel
     disturbed(rounds)                  # confirmation rounds measured on a disturbed GPU
-    comparable_speedup(results)        # ranks readings of different groups against one cuBLAS
+    comparable_speedup(results, protocol)  # ranks readings of different groups against one cuBLAS
+    ranking_protocol(problem, results)     # which protocol: after below the large class
 """
 from __future__ import annotations
 
@@ -85,18 +86,35 @@ def disturbed(rounds: dict[int, list[Result]]) -> set[int]:
 SAME_CUBLAS = 1.25
 
 
-def comparable_speedup(results: list[Result]) -> Callable[[Result], float]:
+_FIGURES = {"kernel": ("cublas_us", "kernel_us", "speedup"),
+            "after": ("cublas_after_us", "after_us", "after_speedup")}
+"""Per protocol a portfolio ranks by: cuBLAS's time, ours, and their ratio (Result fields)."""
+
+
+def ranking_protocol(problem: Problem, results: list[Result]) -> str:
+    """What a shape's portfolio and search readings are ranked by for its confirmation: the
+    after protocol below the large class where every reading has it (what selection_ratio
+    then picks by), else the kernel protocol."""
+    if (shape_class(problem) != "large" and results
+            and all(r.after_speedup is not None for r in results)):
+        return "after"
+    return "kernel"
+
+
+def comparable_speedup(results: list[Result], protocol: str = "kernel") -> Callable[[Result], float]:
     """A ranking figure for readings of one shape taken in different groups (a portfolio's
-    rounds, sessions apart): the speedup, except in a group whose cuBLAS read over
+    rounds, sessions apart): the protocol's ratio, except in a group whose cuBLAS read over
     SAME_CUBLAS x the fastest cuBLAS reading among `results` (a disturbed GPU): there the
-    program's kernel time against that fastest reading, where lower. Seen at 4096x64x4096:
-    a group whose cuBLAS read 13.1 us (8.7 elsewhere) ranked its programs at 1.03-1.04,
-    ahead of a 0.98 program from a calm group; they confirmed at 0.71."""
-    readings = [r.cublas_us for r in results if r.cublas_us]
+    program's time against that fastest reading, where lower. Seen at 4096x64x4096: a group
+    whose cuBLAS read 13.1 us (8.7 elsewhere) ranked its programs at 1.03-1.04, ahead of a
+    0.98 program from a calm group; they confirmed at 0.71."""
+    theirs, ours, ratio = _FIGURES[protocol]
+    readings = [getattr(r, theirs) for r in results if getattr(r, theirs)]
     fastest = min(readings, default=None)
 
     def figure(r: Result) -> float:
-        if fastest and r.cublas_us and r.kernel_us and r.cublas_us > SAME_CUBLAS * fastest:
-            return min(r.speedup, fastest / r.kernel_us)
-        return r.speedup
+        cublas, own = getattr(r, theirs), getattr(r, ours)
+        if fastest and cublas and own and cublas > SAME_CUBLAS * fastest:
+            return min(getattr(r, ratio), fastest / own)
+        return getattr(r, ratio)
     return figure

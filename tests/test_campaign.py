@@ -321,6 +321,29 @@ def test_a_group_whose_cublas_read_slow_does_not_outrank_a_calm_one():
     assert comparable_speedup([near, calm_group])(near) == near.speedup
 
 
+def test_portfolio_readings_rank_after_another_kernel_below_the_large_class():
+    """A pdl program leads back to back by overlapping its own launches; after another kernel
+    its twin leads, and that is what the confirmation picks by, so the twin must reach it."""
+    from gemmforge.search.selection import comparable_speedup, ranking_protocol
+    small = Problem(512, 512, 512)
+
+    def read(name, kernel_us, after_us, cublas_after_us=4.0):
+        return Result(name, 512, 512, 512, kernel_us=kernel_us, cublas_us=4.0,
+                      after_us=after_us, cublas_after_us=cublas_after_us)
+    pdl, twin = read("pdl", 3.0, 4.2), read("twin", 3.8, 3.6)
+    assert ranking_protocol(small, [pdl, twin]) == "after"
+    figure = comparable_speedup([pdl, twin], "after")
+    assert figure(twin) > figure(pdl) and figure(twin) == twin.after_speedup
+    # a group whose cuBLAS read slow after the add: its program against the fastest reading
+    slow = read("slow", 3.8, 3.9, cublas_after_us=6.0)
+    assert comparable_speedup([slow, twin], "after")(slow) == 4.0 / 3.9
+    # one reading without after figures, or the large class: the kernel protocol ranks
+    assert ranking_protocol(small, [pdl, Result("old", 512, 512, 512, kernel_us=3.0,
+                                                 cublas_us=4.0)]) == "kernel"
+    assert ranking_protocol(Problem(8192, 8192, 8192), [pdl, twin]) == "kernel"
+    assert comparable_speedup([pdl, twin])(pdl) == pdl.speedup
+
+
 def test_reconfirm_confirms_every_shape_once_more_and_resumes(tmp_path):
     """After the timing protocol changes, every shape is confirmed once more: a later run
     naming the same reason resumes (nothing twice), and then the campaign is through."""

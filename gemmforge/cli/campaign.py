@@ -131,8 +131,10 @@ def make_runner(args):
         records = None if args.replay == "synthetic" else args.replay
         return ReplayGridRunner(ReplayRunner(records, device=args.replay_device,
                                              delay_s=args.replay_delay))
+    from gemmforge.search.campaign import PORTFOLIO_BENCH
     from gemmforge.search.records import BenchSettings
-    return GridRunner(0, builders=args.builders, settings=BenchSettings(protocols=("kernel",)))
+    return GridRunner(0, builders=args.builders,  # the search pass times as the portfolio does
+                      settings=BenchSettings(protocols=PORTFOLIO_BENCH.protocols))
 
 
 def cmd_campaign(args) -> int:
