@@ -14,7 +14,8 @@ Writes, under the folder:
                      the best unconfirmed reading, so `gemmforge ship` refuses it),
                      selected_by (sustained, after, kernel+cold or kernel:
                      selection.selection_ratio; a shipped row: what ship ranked it by),
-                     cold/sustained ratios and CUDA-L2's published ratios at the shape. `gemmforge ship --from NAME.csv` reads it as is.
+                     cold/sustained ratios and CUDA-L2's published ratios at the shape.
+                     `gemmforge ship --from NAME.csv` reads it as is.
   NAME_decades.csv . per FLOP decade (2mnk) and overall: shapes, geomeans of our kernel,
                      cold, call and sustained ratios to cuBLAS, the lowest kernel ratio,
                      and CUDA-L2's published offline/server geomeans over the same shapes.

@@ -101,7 +101,8 @@ def ranking_protocol(problem: Problem, results: list[Result]) -> str:
     return "kernel"
 
 
-def comparable_speedup(results: list[Result], protocol: str = "kernel") -> Callable[[Result], float]:
+def comparable_speedup(results: list[Result],
+                       protocol: str = "kernel") -> Callable[[Result], float]:
     """A ranking figure for readings of one shape taken in different groups (a portfolio's
     rounds, sessions apart): the protocol's ratio, except in a group whose cuBLAS read over
     SAME_CUBLAS x the fastest cuBLAS reading among `results` (a disturbed GPU): there the

@@ -13,12 +13,13 @@ where present. Rows of a replayed or synthetic device, or of another class than
 they keep the confirmation of the round that was) or outside --shapes (a round whose changes
 were confirmed at some shapes only: the others keep their shipped rows), are refused too.
 Per (device class, layout, acc, shape), the program with the highest median speedup over its
-readings ships (ties: more readings), with the medians of its figures. What that speedup is (rank_by, `--rank-by`): "auto" (the default) takes the
-most user-like protocol every reading of the shape measured: sustained (sustained_us and
-cublas_sustained_us, seconds under the power cap: the large class), else after
-(cublas_after_us / after_us, each launch after another kernel: a pdl program's overlap of
-its own previous launch does not count), else the kernel protocol's; "kernel" skips the
-after figures; "after" ranks by them alone and refuses rows without them. Rows already in
+readings ships (ties: more readings), with the medians of its figures. What that speedup is
+(rank_by, `--rank-by`): "auto" (the default) takes the most user-like protocol every reading
+of the shape measured: sustained (sustained_us and cublas_sustained_us, seconds under the
+power cap: the large class), else after (cublas_after_us / after_us, each launch after another
+kernel: a pdl program's overlap of its own previous launch does not count), else the kernel
+protocol's; "kernel" skips the after figures; "after" ranks by them alone and refuses rows
+without them. Rows already in
 the output file for other keys stay; keys in the input are replaced. The file is written
 whole and renamed into place.
 """
