@@ -5,8 +5,8 @@ time over its rows, with each row's figures from the confirmation that chose it.
 
 Columns: rows; kernel time with L2 warm and with L2 cold (rotated operands); each launch
 after another kernel (the after protocol, over the rows whose confirmation measured it);
-rows under 1.0x warm; the large class (2mnk >= 1e11: rows, warm geomean). README's "Where it stands"
-table is this output (its sustained-load figures come from the rounds it names).
+rows under 1.0x warm; the large class (2mnk >= 1e11: rows, warm geomean). README's "Where it
+stands" table is this output (its sustained-load figures come from the rounds it names).
 """
 from __future__ import annotations
 
@@ -28,6 +28,13 @@ def geomean(xs: list[float]) -> float:
     return float("nan") if value is None else value
 
 
+def ratios(rows: list[dict], protocol: str) -> list[float]:
+    """cuBLAS / ours in `protocol` (its `<protocol>_us` and `cublas_<protocol>_us`), over the
+    rows that have both."""
+    return [r[f"cublas_{protocol}_us"] / r[f"{protocol}_us"] for r in rows
+            if r.get(f"{protocol}_us") and r.get(f"cublas_{protocol}_us")]
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """One line per (device class, layout), sorted."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -35,10 +42,7 @@ def summary(rows: list[dict]) -> list[dict]:
         groups[(r["device_class"], r["layout"])].append(r)
     out = []
     for (device, layout), rs in sorted(groups.items()):
-        cold = [r["cublas_cold_us"] / r["cold_us"] for r in rs
-                if r.get("cold_us") and r.get("cublas_cold_us")]
-        after = [r["cublas_after_us"] / r["after_us"] for r in rs
-                 if r.get("after_us") and r.get("cublas_after_us")]
+        cold, after = ratios(rs, "cold"), ratios(rs, "after")
         large = [r["speedup"] for r in rs if 2 * r["m"] * r["n"] * r["k"] >= LARGE_FLOPS]
         out.append({"device": device, "layout": layout, "rows": len(rs),
                     "warm": geomean([r["speedup"] for r in rs]),
