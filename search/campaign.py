@@ -222,10 +222,12 @@ class Campaign:
 
     # search ----------------------------------------------------------------------------
     def weak(self) -> list[Problem]:
-        """Shapes whose portfolio best is below the threshold (or has none that is ok)."""
-        best = self.store.best_speedups(("portfolio",))
+        """Shapes whose portfolio best is below the threshold (or has none that is ok), in
+        the figure their confirmation contenders are ranked by (measured_best: after another
+        kernel below the large class, where a pdl program's back-to-back lead does not hide
+        a shape that loses in a model)."""
         return [p for p in self.problems
-                if best.get(str(p), 0.0) < self.settings.threshold]
+                if self._best_figure(p, ("portfolio",)) < self.settings.threshold]
 
     def _search(self, started: float, max_seconds: float | None) -> None:
         from gemmforge.search.campaign_search import SearchPass
@@ -254,6 +256,16 @@ class Campaign:
         ranking_protocol: after another kernel below the large class where every reading has
         it; groups whose cuBLAS read slow are not ranked above the others for it), one per
         program; programs that failed a confirmation (a re-gate) are left out."""
+        return self._ranked(problem, passes)[0]
+
+    def _best_figure(self, problem: Problem, passes: Sequence[str]) -> float:
+        """The ranking figure of measured_best's first (0.0 with none)."""
+        ranked, figure = self._ranked(problem, passes)
+        return figure(ranked[0]) if ranked else 0.0
+
+    def _ranked(self, problem: Problem, passes: Sequence[str]
+                ) -> tuple[list[Result], Callable[[Result], float]]:
+        """measured_best's results and the figure that ranks them."""
         failed = {r.program for r in self.store.results(problem, "confirm") if not r.ok}
         good = [r for name in passes for r in self.store.results(problem, name)
                 if ok(r) and r.program not in failed]
@@ -262,7 +274,7 @@ class Campaign:
         for r in good:
             if r.program not in best or figure(r) > figure(best[r.program]):
                 best[r.program] = r
-        return sorted(best.values(), key=figure, reverse=True)
+        return sorted(best.values(), key=figure, reverse=True), figure
 
     def contenders(self, problem: Problem, confirmed: tuple | None = None) -> list[str]:
         """The confirmation's programs: the best `top`, then the last winner."""

@@ -189,13 +189,6 @@ class CampaignStore:
                                      if where else "") + " ORDER BY m.id")
         return [_from_row(*row) for row in self._db.execute(sql, args)]
 
-    def best_speedups(self, passes: Sequence[str]) -> dict[str, float]:
-        """Problem text -> the highest counted speedup over `passes` (shapes with one)."""
-        marks = ",".join("?" * len(passes))
-        return dict(self._db.execute(
-            f"SELECT problem, MAX(speedup) FROM measurements WHERE pass IN ({marks}) AND "
-            "speedup IS NOT NULL GROUP BY problem", tuple(passes)))
-
     def rows(self) -> list[tuple[str, str, int, str]]:
         """(problem, pass, round, program) of every measurement, in the order recorded."""
         return list(self._db.execute(

@@ -364,3 +364,21 @@ def test_reconfirm_confirms_every_shape_once_more_and_resumes(tmp_path):
     assert again.winner(first) is not None
     assert campaign(db, bad).run(passes=("confirm",))["this_run"] == {}
     assert not bad.exists()
+
+
+def test_a_shape_is_weak_by_its_best_after_another_kernel_below_the_large_class(tmp_path):
+    """The search pass goes where the portfolio loses in a model: a pdl program's
+    back-to-back lead (kernel 1.33x) does not hide a small shape whose best after another
+    kernel is 0.95x; the large class stays judged by its kernel readings."""
+    c = campaign(tmp_path / "c.db", tmp_path / "v.jsonl", shapes="512x512x512,4096x4096x4096",
+                 threshold=1.0)
+    small, large = c.problems
+
+    def read(p, name, kernel_us, after_us, cublas_us=4.0):
+        return Result(name, p.m, p.n, p.k, kernel_us=kernel_us, cublas_us=cublas_us,
+                      after_us=after_us, cublas_after_us=cublas_us)
+    c.store.record(small, "portfolio", [read(small, "pdl", 3.0, 4.4), read(small, "twin", 4.1, 4.2)])
+    c.store.record(large, "portfolio", [read(large, "pdl", 900.0, 1100.0, 1000.0)])
+    assert c.weak() == [small]
+    c.store.record(small, "portfolio", [read(small, "better", 4.0, 3.9)])
+    assert c.weak() == []
