@@ -26,8 +26,8 @@ MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direc
 HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"
 H100 = "NVIDIA H100 80GB HBM3"
 SHAPES = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
-GEO_NN_H200 = 1.0481  # kernel-protocol geomean of the H200's 813 nn rows below 1e11, as shipped
-GEO_NT_H200 = 1.0546  # and of its 160 nt rows (README, "Where it stands")
+GEO_NN_H200 = 1.0532  # kernel-protocol geomean of the H200's 813 nn rows below 1e11, as shipped
+GEO_NT_H200 = 1.0611  # and of its 160 nt rows (README, "Where it stands")
 
 
 @pytest.mark.parametrize("name, cls", [
@@ -206,8 +206,10 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     the cuBLAS-mirror round (cublas_mirror_nn_h200_s32, shipped in the thirty-third at the
     shapes two fresh pairs confirmed), its large class from the twenty-seventh's; then every
     row below 1e11 whose program had pdl, ranked after another kernel in the thirty-fourth
-    (pdl_after_nn_h200_s34: kernel, cold and after figures, no call): one legal program per
-    grid shape, each with the command that measured it on an H200."""
+    (pdl_after_nn_h200_s34); then the thirty-fifth's campaign round at the rows under 1.0x
+    (under_after_nn_h200_s35), and the rest of the thirty-fourth's rows re-timed as shipped for
+    their call figures (calls_nn_h200_s35): one legal program per grid shape, each with the
+    command that measured it on an H200."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -224,12 +226,14 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     assert len(stream) == 105 and stream < {r.problem for r in below} and not stream & bound
     mirror = set(parse_shapes(f"@{SHAPES / 'cublas_mirror_confirmed_nn_h200.txt'}"))
     assert len(mirror) == 14 and mirror < {r.problem for r in below} and not mirror & bound
-    after = _pdl_after_shapes("nn")
+    after, under, no_call = _pdl_after_shapes("nn"), *_s35_shapes("nn")
     assert len(after) == 684 and after < {r.problem for r in below}
+    assert (len(under), len(no_call)) == (280, 446) and after <= under | no_call
     for r in below:
-        if r.problem in after:
-            assert "pdl_{small,rest}_{nn,nt}_h200" in r.measured["command"]
-            assert r.figures.get("after_us") and r.figures.get("cold_us") and r.measured["commit"]
+        if r.problem in under | no_call:
+            assert ("under_after_{nn,nt}_h200" if r.problem in under else
+                    "no_call_{nn,nt}_h200") in r.measured["command"] and r.measured["commit"]
+            assert all(r.figures.get(f) for f in ("after_us", "cold_us", "call_us"))
             continue
         store = ("output_bound_" if r.problem in bound else
                  "cublas_mirror_" if r.problem in mirror else
@@ -252,7 +256,8 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     output-bound round, the 32 with K >= 4096 and M x N <= 2^21 in the thirty-second's
     long-K split round and the 20 with a narrow side in its streaming round), each legal, the
     large ones chosen under load; the 120 below 1e11 whose program had pdl ranked after another
-    kernel in the thirty-fourth session)."""
+    kernel in the thirty-fourth session; the thirty-fifth's round at the 44 under 1.0x and the
+    call figures of the rest, as for nn)."""
     from gemmforge.search.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
@@ -270,12 +275,14 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     assert len(long_k) == 32 and long_k < set(rows) and not long_k & bound
     stream = set(parse_shapes(f"@{SHAPES / 'stream_nt_h200.txt'}", "nt", "f32"))
     assert len(stream) == 20 and stream < set(rows) and not stream & bound
-    after = _pdl_after_shapes("nt")
+    after, under, no_call = _pdl_after_shapes("nt"), *_s35_shapes("nt")
     assert len(after) == 120 and after < set(rows)
+    assert (len(under), len(no_call)) == (44, 91) and after <= under | no_call
     for problem, r in rows.items():
-        if problem in after:
-            assert "pdl_{small,rest}_{nn,nt}_h200" in r.measured["command"]
-            assert r.figures.get("after_us") and r.figures.get("cold_us") and r.measured["commit"]
+        if problem in under | no_call:
+            assert ("under_after_{nn,nt}_h200" if problem in under else
+                    "no_call_{nn,nt}_h200") in r.measured["command"] and r.measured["commit"]
+            assert all(r.figures.get(f) for f in ("after_us", "cold_us", "call_us"))
             continue
         store = ("output_bound_" if problem in bound else
                  "stream_" if problem in stream else
@@ -288,6 +295,15 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     assert len(large) == 7 and all(r.figures.get("sustained_us") for r in large)
     geo = geomean(r.speedup for r in rows.values())
     assert geo == pytest.approx(GEO_NT_H200, abs=1e-4)
+
+
+def _s35_shapes(layout: str) -> tuple[set, set]:
+    """The H200 rows of `layout` the thirty-fifth session's round re-chose (those under 1.0x
+    after another kernel, and under 1.0x warm without an after figure), and those it re-timed
+    as shipped for their call figures."""
+    from gemmforge.search.shapes import parse_shapes
+    return tuple(set(parse_shapes(f"@{SHAPES / f'{name}_{layout}_h200.txt'}", layout, "f32"))
+                 for name in ("under_after", "no_call"))
 
 
 def _pdl_after_shapes(layout: str) -> set:
