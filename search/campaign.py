@@ -114,6 +114,10 @@ class Campaign:
             summary = self.status()
             summary["stopped"] = stopped
             summary["this_run"] = self.clock.this_run()
+            if summary["awaiting_search"] and "confirm" in passes and "search" not in passes:
+                self.log(f"confirm: {summary['awaiting_search']} weak shapes wait for the search "
+                         "pass, which this run left out (--search-budget 0 confirms them "
+                         "without one)")
             return summary
 
     def _check_device(self) -> None:
@@ -229,11 +233,18 @@ class Campaign:
         return [p for p in self.problems
                 if self._best_figure(p, ("portfolio",)) < self.settings.threshold]
 
+    def _awaiting_search(self) -> list[Problem]:
+        """Weak shapes through the portfolio whose search has not run (their confirmation
+        waits for it; none when the search budget is 0)."""
+        if self.settings.search_budget < 1:
+            return []
+        return [p for p in self.weak() if not self.store.is_done(p, "search")
+                and not self.store.pending(p, "portfolio")]
+
     def _search(self, started: float, max_seconds: float | None) -> None:
         from gemmforge.search.campaign_search import SearchPass
-        todo = [p for p in self.weak() if not self.store.is_done(p, "search")
-                and not self.store.pending(p, "portfolio")]
-        if not todo or self.settings.search_budget < 1:
+        todo = self._awaiting_search()
+        if not todo:
             return
         search = SearchPass(self.store, self.runner, self.settings)
         try:
@@ -364,6 +375,7 @@ class Campaign:
         """Counts per pass, shapes with a winner, the ETA of what remains (seconds)."""
         winners = sum(self.winner(p) is not None for p in self.problems)
         return {"shapes": len(self.problems), "confirmed": winners,
+                "awaiting_search": len(self._awaiting_search()),
                 "measurements": {name: self.store.count(name)
                                  for name in ("portfolio", "search", "confirm")},
                 "portfolio_pending": self.store.count_pending("portfolio"),

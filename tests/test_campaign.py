@@ -141,7 +141,7 @@ def test_a_killed_campaign_resumes_with_nothing_lost_or_measured_twice(tmp_path)
                                 cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if attempt < 6:
-            time.sleep(rng.uniform(1.0, 6.0))
+            time.sleep(rng.uniform(1.0, 3.0))  # a whole run works ~6 s: >= 3 kills land
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
@@ -382,3 +382,20 @@ def test_a_shape_is_weak_by_its_best_after_another_kernel_below_the_large_class(
     assert c.weak() == [small]
     c.store.record(small, "portfolio", [read(small, "better", 4.0, 3.9)])
     assert c.weak() == []
+
+
+def test_a_run_without_the_search_pass_says_which_shapes_wait_for_it(tmp_path):
+    """Confirmation waits for a weak shape's search: a run whose passes leave the search out
+    counts those shapes and says so; with --search-budget 0 they are confirmed without it."""
+    db, bad = tmp_path / "c.db", tmp_path / "v.jsonl"
+    lines: list[str] = []
+    c = campaign(db, bad)
+    c.log = lines.append
+    summary = c.run(passes=("build", "portfolio", "confirm"))
+    weak = c.weak()
+    assert weak and summary["awaiting_search"] == len(weak)
+    assert summary["confirmed"] == len(c.problems) - len(weak)
+    assert any(f"{len(weak)} weak shapes wait for the search pass" in line for line in lines)
+    done = campaign(db, bad, search_budget=0).run(passes=("build", "portfolio", "confirm"))
+    assert done["awaiting_search"] == 0 and done["confirmed"] == len(c.problems)
+    assert done["measurements"]["search"] == 0 and not bad.exists()
