@@ -12,20 +12,31 @@ problem as one group: every round visits all of them and cuBLAS). The best of th
 becomes the database entry, with the confirmation's figures, replacing what is there: the
 entry is always the winner of the latest head-to-head measurement, not the luckiest
 reading ever taken. The study keeps the confirmation (user attribute "confirmed"); a later
-run whose contenders were all in it returns it without measuring again.
+run whose contenders were all in it, timed with the same protocols, returns it without
+measuring again.
+
+Below the large class the confirmation is timed after another kernel too and picked as the
+campaign's confirmation picks (search.selection.selection_ratio: the after protocol's ratio
+where measured), because the trials' kernel protocol launches a GEMM after itself and credits
+a `pdl` program's overlap with its own previous launch, which a model never gives it
+(benchmarks/NOTES.md, thirty-fourth session). For the same reason each pdl contender's twin
+without pdl joins the contenders: the trials' ranking can leave it out of the top.
 """
 from __future__ import annotations
 
 from gemmforge.search.env import WORST_REWARD, reward
+from gemmforge.search.portfolio import shape_class
 from gemmforge.search.records import Result
+from gemmforge.search.selection import selection_ratio
 from gemmforge.search.studies import measured_trials
 
 ATTR = "confirmed"
 
 
-def contenders(study, top: int, incumbent: str | None = None) -> list[str]:
-    """The study's `top` best distinct ok programs by measured reward (best first), then
-    `incumbent` (the database entry's program text) if it is not among them."""
+def contenders(study, top: int, incumbent: str | None = None, problem=None) -> list[str]:
+    """The study's `top` best distinct ok programs by measured reward (best first), then,
+    with `problem` below the large class, each pdl one's twin without pdl (pdl_free_twins),
+    then `incumbent` (the database entry's program text) if it is not among them."""
     ranked = sorted((t for t in measured_trials(study.get_trials(deepcopy=False))
                      if t.user_attrs.get("status") == "ok" and t.value is not None
                      and t.value > WORST_REWARD),
@@ -37,9 +48,43 @@ def contenders(study, top: int, incumbent: str | None = None) -> list[str]:
             programs.append(text)
         if len(programs) == top:
             break
+    if problem is not None:
+        programs += pdl_free_twins(programs, problem)
     if programs and incumbent and incumbent not in programs:
         programs.append(incumbent)
     return programs
+
+
+def pdl_free_twins(programs: list[str], problem) -> list[str]:
+    """Below the large class, each of `programs` that has pdl, without it, where that is
+    legal at `problem` and not listed already; [] for the large class (chosen under load,
+    where pdl's overlap of back-to-back launches is what a long run sees)."""
+    from gemmforge.ir.text import parse
+    from gemmforge.ir.verify import check
+    from gemmforge.search.records import replace
+    if shape_class(problem) == "large":
+        return []
+    twins: list[str] = []
+    for text in programs:
+        program = parse(text)
+        if not program.pdl:
+            continue
+        twin = replace(program, pdl=False)
+        if str(twin) not in programs and str(twin) not in twins and check(twin, problem) is None:
+            twins.append(str(twin))
+    return twins
+
+
+def confirmation_protocols(runner, problem) -> tuple[str, ...]:
+    """The runner's protocols (its `settings`), plus the after protocol below the large
+    class; () for a runner without settings (a replay answers from its records)."""
+    settings = getattr(runner, "settings", None)
+    if not hasattr(runner, "with_protocols"):
+        return ()
+    protocols = tuple(settings.protocols) if settings is not None else ("kernel",)
+    if shape_class(problem) != "large" and "after" not in protocols:
+        protocols += ("after",)
+    return protocols
 
 
 def source_of(study, program: str) -> str:
@@ -59,20 +104,25 @@ def confirm(runner, study, problem, top: int, database=None,
     when there is nothing to confirm or none of the contenders measured ok again."""
     from gemmforge.ir.text import parse
     entry = database.best(runner.device, problem) if database is not None else None
-    programs = contenders(study, top, str(entry.program) if entry else None)
+    programs = contenders(study, top, str(entry.program) if entry else None, problem)
     if not programs:
         return None, False
+    protocols = confirmation_protocols(runner, problem)
     kept = study.user_attrs.get(ATTR) or {}
-    if kept.get("result") and set(programs) <= set(kept.get("programs", ())):
+    if (kept.get("result") and set(programs) <= set(kept.get("programs", ()))
+            and set(protocols) <= set(kept.get("protocols", ()))):
         return Result.from_dict(kept["result"]), False  # nothing new since the last one
-    results = runner.evaluate([parse(p) for p in programs], problem)
+    timing = runner.with_protocols(protocols) if protocols else runner
+    results = timing.evaluate([parse(p) for p in programs], problem)
     ok = [r for r in results if r.ok and reward(r) > WORST_REWARD]
     if not ok:
         return None, True
-    best = max(ok, key=reward)
+    best = max(ok, key=lambda r: selection_ratio(problem, r))
     if database is not None:
         database.record(runner.device, problem, best, command, study=study.study_name,
                         replace=True)
-    study.set_user_attr(ATTR, {"programs": programs, "result": best.to_dict(),
-                               "ratios": {r.program: r.speedup for r in ok}})
+    study.set_user_attr(ATTR, {"programs": programs, "protocols": list(protocols),
+                               "result": best.to_dict(),
+                               "ratios": {r.program: r.speedup for r in ok},
+                               "selected": {r.program: selection_ratio(problem, r) for r in ok}})
     return best, True

@@ -51,6 +51,16 @@ class HarnessRunner:
         return evaluate(programs, problem, device_runner=self._runner,
                         builders=self._builders, settings=self.settings)
 
+    def with_protocols(self, protocols: Sequence[str]) -> "HarnessRunner":
+        """A view of this runner (the same device worker and builders; close this one, not
+        the view) that times with `protocols` instead (search.confirm: a confirmation adds
+        the after protocol below the large class)."""
+        from copy import copy
+        from gemmforge.search.records import BenchSettings, replace
+        view = copy(self)
+        view.settings = replace(self.settings or BenchSettings(), protocols=tuple(protocols))
+        return view
+
     def close(self) -> None:
         self._builders.close()
         self._runner.close()

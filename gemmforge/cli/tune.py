@@ -15,7 +15,9 @@ in parallel) and may tune `--concurrent` shapes at once (default 1; more threads
 one shape's builds with another's measurements, but contend for the Python interpreter and
 the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candidates per
 GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
-(`--protocols`, the reward's protocol); `gemmforge bench` times the winners with all.
+(`--protocols`, the reward's protocol); the best `--confirm` are timed again together, below
+the large class after another kernel too (with each pdl one's twin without pdl), and the best
+there is recorded (search.confirm); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
 (search.report) in the current directory or `--report-dir`. The studies open in
 optuna-dashboard:
