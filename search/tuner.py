@@ -80,7 +80,11 @@ class Tuner:
     """Tunes problems on one runner (one device) against a storage shared by any number of
     tuners. `policy` (policy.base.Policy, or None for the sampler alone) proposes part of
     every batch and observes every result; `database` (search.database.TunedDatabase, or
-    None) receives each new best; `on_result(event: dict)` is called after every measured
+    None) receives each new best, except where it held an entry for the problem when this
+    tuner started on it and the run confirms: a trial's reading (the kernel protocol's, one
+    noisy figure) never displaces an entry a confirmation chose; the confirmation at the
+    budget's end decides, that entry among its contenders (search.confirm).
+    `on_result(event: dict)` is called after every measured
     candidate (keys: problem, measured, budget, reward, best_ratio, source, worker);
     `stop` (search.interrupts.Stop) ends tuning before the next batch once set.
     `run_measured`: study name -> candidates this tuner measured and told."""
@@ -101,6 +105,7 @@ class Tuner:
         self._owner = owner_tag()
         self._rng = random.Random(self.settings.seed)
         self._observed: set[tuple[str, int]] = set()  # (study, trial number) seen by policy
+        self._held: set[str] = set()  # problems whose database entry a confirmation decides
 
     def study(self, problem: Problem):
         """The problem's study on this runner's device for this run's space (created if
@@ -132,6 +137,9 @@ class Tuner:
         the sums over its results of "build" (CPU) and "measure" (GPU) seconds."""
         study, space = self.study(problem), self.space(problem)
         study.set_user_attr(TUNER_PREFIX + self._owner, True)  # before looking for orphans
+        if (self.database is not None and self.settings.confirm
+                and self.database.best(self.runner.device, problem) is not None):
+            self._held.add(str(problem))
         requeued = fail_stale(study)
         self._observe_history(study, problem)
         timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
@@ -333,7 +341,7 @@ class Tuner:
             self.policy.observe(problem, program, value)
         if result.ok and value > WORST_REWARD and (best is None or reward(best) < value):
             best = result
-            if self.database is not None:
+            if self.database is not None and str(problem) not in self._held:
                 self.database.record(self.runner.device, problem, result,
                                      self.settings.command, study=study.study_name)
         if self.on_result is not None:

@@ -277,6 +277,34 @@ def test_confirmation_replaces_a_lucky_reading(tmp_path):
     assert runner.calls == calls and again.best.program == str(proposals[2])
 
 
+def test_a_trial_reading_never_displaces_an_entry_a_confirmation_chose(tmp_path):
+    """The database holds a confirmed 1.2x program; a lucky trial reads 2.0x. While the
+    trials run the entry stays; the confirmation at the end times both and keeps the 1.2x
+    (the lucky one reads 0.9x again). Without confirmation the best reading goes in at once."""
+    proposals = HeuristicPolicy().propose(PROBLEM, Arch.SM90A, 10)
+    recorded = [replace(replay.synthetic_result(p, PROBLEM), flags=(), paired_speedup=None)
+                for p in proposals]
+    recorded = [replace(r, kernel_us=r.cublas_us / 0.5) for r in recorded]  # all slow
+    confirmed = replace(recorded[9], kernel_us=recorded[9].cublas_us / 1.2)
+    lucky = str(proposals[5])
+    only = dict(SETTINGS, backends=(proposals[0].backend,), batch=3, policy_share=1.0)
+    for confirm in (3, 0):
+        db = TunedDatabase(f"sqlite:///{tmp_path / f'tuned_{confirm}.db'}")
+        db.record("replay", PROBLEM, confirmed, study="an earlier confirmation", replace=True)
+        seen: list[str] = []
+        runner = _Lucky(lucky, 2.0, 0.9, records=recorded[:9] + [confirmed], archs=ARCHS)
+        tuner = Tuner(runner, _Only(proposals[:9]), f"sqlite:///{tmp_path / f's_{confirm}.db'}",
+                      TuneSettings(budget=Budget(9), **only, confirm=confirm), database=db,
+                      on_result=lambda e: seen.append(str(db.best("replay", PROBLEM).program)))
+        outcome = tuner.tune(PROBLEM)
+        if confirm:
+            assert set(seen) == {str(confirmed.program)}  # the lucky reading went in: never
+            assert outcome.confirmed and outcome.best.program == confirmed.program
+            assert str(db.best("replay", PROBLEM).program) == confirmed.program
+        else:
+            assert lucky in seen and str(db.best("replay", PROBLEM).program) == lucky
+
+
 def test_without_confirmation_the_best_reading_stands(tmp_path):
     proposals = HeuristicPolicy().propose(PROBLEM, Arch.SM90A, 4)
     recorded = [replace(replay.synthetic_result(p, PROBLEM), flags=(), paired_speedup=None,
