@@ -14,7 +14,9 @@
 The storage file is the whole campaign: it travels between calls and sessions. The first
 run's settings (the options below that default to "as stored") are kept in it, so a
 resume needs only --storage and --max-seconds. Every run prints a summary: measurements
-per pass, this run's candidates per second, shapes confirmed, the ETA of the rest.
+per pass, this run's candidates per second, shapes confirmed, weak shapes whose confirmation
+waits for the search pass (`awaiting_search`: a run whose --passes leave the search out says
+so; --search-budget 0 confirms them without one), the ETA of the rest.
 A re-run starts from the shipped winners (`--incumbents shipped`: each shape's shipped
 program first, then its `--twins`, then the lists), so the confirmation weighs new kernels
 against the programs users run today; `--incumbents shipped+siblings` adds each sibling
