@@ -78,9 +78,9 @@ def pdl_free_twins(programs: list[str], problem) -> list[str]:
 def confirmation_protocols(runner, problem) -> tuple[str, ...]:
     """The runner's protocols (its `settings`), plus the after protocol below the large
     class; () for a runner without settings (a replay answers from its records)."""
-    settings = getattr(runner, "settings", None)
     if not hasattr(runner, "with_protocols"):
         return ()
+    settings = getattr(runner, "settings", None)
     protocols = tuple(settings.protocols) if settings is not None else ("kernel",)
     if shape_class(problem) != "large" and "after" not in protocols:
         protocols += ("after",)
