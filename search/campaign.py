@@ -116,8 +116,7 @@ class Campaign:
             summary["this_run"] = self.clock.this_run()
             if summary["awaiting_search"] and "confirm" in passes and "search" not in passes:
                 self.log(f"confirm: {summary['awaiting_search']} weak shapes wait for the search "
-                         "pass, which this run left out (--search-budget 0 confirms them "
-                         "without one)")
+                         "pass this run left out (--search-budget 0 confirms them without it)")
             return summary
 
     def _check_device(self) -> None:
@@ -226,19 +225,19 @@ class Campaign:
 
     # search ----------------------------------------------------------------------------
     def weak(self) -> list[Problem]:
-        """Shapes whose portfolio best is below the threshold (or has none that is ok), in
-        the figure their confirmation contenders are ranked by (measured_best: after another
-        kernel below the large class, where a pdl program's back-to-back lead does not hide
-        a shape that loses in a model)."""
+        """Shapes whose portfolio best is below the threshold (or has none that is ok) in
+        measured_best's figure: after another kernel below the large class, where a pdl
+        program's back-to-back lead does not hide a shape that loses in a model."""
         return [p for p in self.problems
                 if self._best_figure(p, ("portfolio",)) < self.settings.threshold]
 
-    def _awaiting_search(self) -> list[Problem]:
+    def _awaiting_search(self, weak: list[Problem] | None = None) -> list[Problem]:
         """Weak shapes through the portfolio whose search has not run (their confirmation
-        waits for it; none when the search budget is 0)."""
+        waits for it; none when the search budget is 0); `weak`: weak() if known."""
         if self.settings.search_budget < 1:
             return []
-        return [p for p in self.weak() if not self.store.is_done(p, "search")
+        return [p for p in (self.weak() if weak is None else weak)
+                if not self.store.is_done(p, "search")
                 and not self.store.pending(p, "portfolio")]
 
     def _search(self, started: float, max_seconds: float | None) -> None:
@@ -374,20 +373,21 @@ class Campaign:
     def status(self) -> dict:
         """Counts per pass, shapes with a winner, the ETA of what remains (seconds)."""
         winners = sum(self.winner(p) is not None for p in self.problems)
+        weak = self.weak()
         return {"shapes": len(self.problems), "confirmed": winners,
-                "awaiting_search": len(self._awaiting_search()),
+                "awaiting_search": len(self._awaiting_search(weak)),
                 "measurements": {name: self.store.count(name)
                                  for name in ("portfolio", "search", "confirm")},
                 "portfolio_pending": self.store.count_pending("portfolio"),
-                "eta_s": round(self.eta_s()), "storage": str(self.store.path)}
+                "eta_s": round(self.eta_s(weak)), "storage": str(self.store.path)}
 
-    def eta_s(self) -> float:
+    def eta_s(self, weak: list[Problem] | None = None) -> float:
         """Seconds the rest of the campaign should take at the rates measured so far (the
-        search share of unmeasured shapes assumed as among measured ones)."""
+        search share of unmeasured shapes assumed as among measured ones; `weak`: weak())."""
         spc = {k: self.clock.per_candidate(k) for k in GUESS_S}
         pending = self.store.count_pending("portfolio")
         through = [p for p in self.problems if not self.store.pending(p, "portfolio")]
-        weak_all = set(self.weak()) if through else set()
+        weak_all = set(self.weak() if weak is None else weak) if through else set()
         weak = [p for p in through if p in weak_all]
         share = len(weak) / len(through) if through else 0.5
         unsearched = sum(not self.store.is_done(p, "search") for p in weak) + \
