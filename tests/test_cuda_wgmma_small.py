@@ -88,12 +88,12 @@ def test_cluster_split_k_sums_through_distributed_shared_memory():
     text = lowered(CLUSTER_K, LLM)
     for needle in ["constexpr int kClusterK = 4;", "cluster_reduce(r, c, acc)",
                    "ld.shared::cluster.b32", "cluster_map(mine, s)",
-                   "const int slice = kClusterReduce ? u % kClusterK : u / tiles;",
+                   "const int slice = kClusterReduce ? u % kClusterK : a.tiles.div(u);",
                    "attrs[n].val.clusterDim.x = kLaunchCluster;",
                    "if (kSplitK > 1 && !kInKernelReduce && !kClusterReduce)"]:
         assert needle in text, needle
     roles = text[text.index("void play_roles("):]  # the CTA's work after its set-up
-    producer = roles[roles.index("loads.drain(r);"):roles.index("} else {")]
+    producer = roles[roles.index("loads.drain(r);"):roles.index("setmaxnreg_inc")]
     assert producer.count("cluster_sync();") == 2
     assert "cluster_reduce(r, c, acc)" not in lowered(IN_KERNEL, LLM)
     assert make_context(parse(CLUSTER_K.replace("k4c", "k1")), LLM).red_bytes == 0
@@ -142,17 +142,25 @@ PDL = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direc
 
 
 def test_pdl_waits_before_global_memory_and_launches_with_the_attribute():
-    """pdl: the kernel waits for the previous kernel's memory right after its set-up and the
-    producer's walk to its first unit (before any load or consumer runs), signals its
-    dependents, and is launched by cudaLaunchKernelEx with programmatic stream
-    serialization; without pdl neither appears."""
+    """pdl: after its set-up every role waits for the previous kernel's memory and signals
+    its dependents before it loads or consumes; the producer thread walks to its first unit
+    before that wait (the walk overlaps the previous kernel's tail); the kernel is launched by
+    cudaLaunchKernelEx with programmatic stream serialization. Without pdl the wait compiles
+    to nothing and the launch has no attribute."""
     text = lowered(PDL, Problem(64, 512, 1024))
     assert "constexpr bool kPdl = true;" in text
+    waits = text[text.index("void await_previous_kernel()"):text.index("void play_roles(")]
+    assert "if constexpr (kPdl)" in waits
+    assert waits.index("griddepcontrol.wait;") < waits.index("griddepcontrol.launch_dependents;")
+    roles = text[text.index("void play_roles("):text.index("__global__ void")]
+    assert roles.index("loads.start(args);") < roles.index("await_previous_kernel();") < roles.index(
+        "loads.issue_next(")
+    consumers = [i for i in range(len(roles)) if roles.startswith("consume(args", i)]
+    assert len(consumers) == 2  # with and without a producer warpgroup
+    for at in consumers:
+        assert roles.rindex("await_previous_kernel();", 0, at) > roles.rfind("}", 0, at)
     body = text[text.index("__global__ void"):]
-    assert body.index("pdl_wait();") < body.index("pdl_launch_dependents();") < body.index(
-        "play_roles(")
-    assert body.index("mbar_fence_init();") < body.index("primed.start(args);") < body.index(
-        "pdl_wait();")
+    assert body.index("mbar_fence_init();") < body.index("play_roles(")
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text
     assert "Launch launch(clusters * kClusterSize, s, kPdl);" in text
     plain = lowered(PDL.removesuffix(" pdl"), Problem(64, 512, 1024))
