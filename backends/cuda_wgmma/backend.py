@@ -82,6 +82,7 @@ Constraints:
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gemmforge.backends import register
@@ -98,7 +99,9 @@ from gemmforge.ir.program import (
     Reduction, Schedule, WarpSpec,
 )
 
-TEMPLATES = Path(__file__).with_name("templates")
+# GEMMFORGE_CUDA_WGMMA_TEMPLATES: render from another folder of these templates (a template
+# A/B: benchmarks/template_ab.py); the folder's fingerprint keys its builds apart.
+TEMPLATES = Path(os.environ.get("GEMMFORGE_CUDA_WGMMA_TEMPLATES") or Path(__file__).with_name("templates"))
 
 
 @register
