@@ -32,6 +32,9 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      the direct stores compiled beside it.
   5. schedule persistent: as many CTAs (clusters) as fit at once walk the units (tile x K
      slice, grouped raster) with a stride; the producer runs ahead across unit boundaries.
+     Every schedule maps a unit to its tile with divisors the launcher fixes (FastDiv: a
+     multiply-high and a shift each, templates/fastdiv.cuh.jinja), so the walk to a CTA's
+     first unit, which its first load waits for, costs no run-time division.
      schedule stream_k: the same grid, but where the tiles don't fill the last wave (T % G
      of them, or all T < G) those tiles are split by k-tiles after the whole ones: a head
      for the tile's owner and a tail, in parts, for the CTAs the last wave would leave idle;
