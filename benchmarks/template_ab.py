@@ -70,7 +70,9 @@ def run(old: Path, shapes: str, layout: str, pairs: int, name: str, report_dir: 
                     ["gemmforge", "bench", "--shapes", shapes, "--layout", layout, "--chosen",
                      "--protocols", "kernel,after", "--rounds", str(rounds), "--name", part,
                      "--report-dir", tmp], env=env, capture_output=True, text=True)
-                print(f"{part}: exit {done.returncode} {done.stdout.strip().splitlines()[:1]}")
+                said = [line for line in done.stdout.splitlines() if "measured ok" in line]
+                print(f"{part}: exit {done.returncode}: "
+                      f"{said[0] if said else done.stderr.strip()[-300:]}")
                 path = Path(tmp) / f"{part}.csv"
                 if path.is_file():
                     rows += [{**r, "templates": side, "pair": pair} for r in csv.DictReader(path.open())]

@@ -101,3 +101,8 @@ def test_summary_prints_one_line_per_class(tmp_path, capsys):
     empty = tmp_path / "empty.csv"
     empty.write_text("m,n,k,backend,status,templates,pair,kernel_us,cublas_us,after_us,cublas_after_us\n")
     assert template_ab.summary(empty) == 1
+
+
+def test_run_refuses_a_folder_that_was_not_prepared(tmp_path, capsys):
+    assert template_ab.run(tmp_path / "missing", "64x64x64", "nn", 1, "ab", tmp_path, 3) == 2
+    assert "no prepared templates" in capsys.readouterr().err
