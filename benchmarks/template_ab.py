@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from gemmforge.search.grid_report import geomean
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_DIR = "backends/cuda_wgmma/templates"
@@ -88,10 +89,6 @@ def run(old: Path, shapes: str, layout: str, pairs: int, name: str, report_dir: 
     return summary(out)
 
 
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def _ratio(row: dict, protocol: str) -> float:
     ours = float(row["kernel_us" if protocol == "kernel" else f"{protocol}_us"])
     theirs = float(row["cublas_us" if protocol == "kernel" else f"cublas_{protocol}_us"])
@@ -130,7 +127,7 @@ def summary(path: Path) -> int:
         runs = len({(r["templates"], r["pair"]) for r in rows}) // 2
         cells = []
         for protocol in ("kernel", "after"):
-            old, new = _geomean(ratios[f"old {protocol}"]), _geomean(ratios[f"new {protocol}"])
+            old, new = geomean(ratios[f"old {protocol}"]), geomean(ratios[f"new {protocol}"])
             cells.append(f"{old:.3f}x -> {new:.3f}x ({(new / old - 1) * 100:+.1f} %)")
         shapes = len(ratios["old kernel"]) // runs
         print(f"| {backend} | {cls} {SLOW_US:g} us | {shapes} | {cells[0]} | {cells[1]} |")
