@@ -121,15 +121,15 @@ def summary(path: Path) -> int:
     if not table:
         print(f"{path}: no shape measured ok in every run", file=sys.stderr)
         return 1
-    print(f"| backend | kernel time | shapes | kernel: old -> new | after another kernel: old -> new |")
+    old_runs = len({r["pair"] for r in rows if r["templates"] == "old"})
+    print("| backend | kernel time | shapes | kernel: old -> new | after another kernel: old -> new |")
     print("| --- | --- | --- | --- | --- |")
     for (backend, cls), ratios in sorted(table.items()):
-        runs = len({(r["templates"], r["pair"]) for r in rows}) // 2
         cells = []
         for protocol in ("kernel", "after"):
             old, new = geomean(ratios[f"old {protocol}"]), geomean(ratios[f"new {protocol}"])
             cells.append(f"{old:.3f}x -> {new:.3f}x ({(new / old - 1) * 100:+.1f} %)")
-        shapes = len(ratios["old kernel"]) // runs
+        shapes = len(ratios["old kernel"]) // old_runs
         print(f"| {backend} | {cls} {SLOW_US:g} us | {shapes} | {cells[0]} | {cells[1]} |")
     return 0
 
