@@ -9,6 +9,8 @@ reads and writes the study alone, so search.tuner's workers agree through the st
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 from gemmforge.search.studies import fail_stale_trials
 
 
@@ -35,18 +37,27 @@ def known_programs(study) -> dict[str, float | None]:
     return known
 
 
+def _asked(t) -> tuple:
+    """A trial's place in the order of asks: when it started running, then its number. Numbers
+    alone do not order asks: an enqueued trial takes its number when it is queued and may
+    start after trials numbered above it."""
+    return (t.datetime_start or datetime.max, t.number)
+
+
 def claim(study, trial, text: str, budget_trials: int) -> str:
-    """Settle a candidate against every worker's earlier candidates (trial numbers order
-    all asks): "duplicate" if an earlier one has the same program, "surplus" if earlier
-    ones fill the trial budget (`budget_trials`; both told at once), else "ok"."""
+    """Settle a candidate against every worker's earlier candidates (those asked before it,
+    and every one measured already): "duplicate" if one of them has the same program,
+    "surplus" if they fill the trial budget (`budget_trials`; both told at once), else "ok"."""
     from optuna.trial import TrialState
+    trials = study.get_trials(deepcopy=False)
+    mine = next(t for t in trials if t.number == trial.number)
     # an earlier RUNNING trial counts even before its worker has marked it a candidate
     # (asked, not yet verified): counting it may make this one surplus for now, which
     # the next batch makes good; not counting it can overspend the budget for good
-    earlier = [t for t in study.get_trials(deepcopy=False)
-               if t.number < trial.number and (t.state == TrialState.RUNNING or (
-                   t.state == TrialState.COMPLETE and t.user_attrs.get("candidate")
-                   and t.user_attrs.get("measured")))]
+    earlier = [t for t in trials if t.number != trial.number and (
+        (t.state == TrialState.RUNNING and _asked(t) < _asked(mine)) or (
+            t.state == TrialState.COMPLETE and t.user_attrs.get("candidate")
+            and t.user_attrs.get("measured")))]
     same = [t for t in earlier if t.user_attrs.get("program") == text]
     if same:
         reject(study, trial, None, same[0].value)
