@@ -7,6 +7,7 @@ The face of the package:
     kernel = gemmforge.load(gemmforge.compile(program, gemmforge.Problem(1000, 4096, 333)))
     c = gemmforge.matmul(a, b)       # the shipped, tuned or heuristic program for a's and b's shape
     gemmforge.load_op()              # torch.ops.gemmforge.mm(a, b), the C++ op matmul calls
+    gemmforge.patch(model)           # a model's nn.Linear layers through gemmforge (or cuBLAS)
 
 The floors below it, each importing only those under it: `gemmforge.ir` (programs, text,
 schema, verify against the capability table) -> `gemmforge.compiler` (the toolchain: nvcc,
@@ -44,9 +45,13 @@ _LAZY = {
     "load": ("gemmforge.backends.pipeline", "load"),
     "matmul": ("gemmforge.ops", "matmul"),
     "load_op": ("gemmforge.torch_op", "load_op"),
+    "patch": ("gemmforge.patching", "patch"),
+    "unpatch": ("gemmforge.patching", "unpatch"),
+    "linear": ("gemmforge.linears", "linear"),
 }
 
-__all__ = ["Problem", "Program", "parse", "compile", "load", "matmul", "load_op", "__version__"]
+__all__ = ["Problem", "Program", "parse", "compile", "load", "matmul", "load_op", "patch",
+           "unpatch", "linear", "__version__"]
 
 
 def __getattr__(name: str):

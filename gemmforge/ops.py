@@ -1,15 +1,20 @@
 """`matmul(a, b)`: a drop-in fp16 GEMM that runs the best known gemmforge kernel.
 
-For each (m, n, k, layout, accumulator, device) search.choice resolves the program (the
-user's tuned database, then the shipped file, by device class and nearest legal shape
-within a distance limit, else the heuristic's), builds it once (artifact cache) and keeps
-the loaded kernel. With an fp32 accumulator and no `out`, the call goes through the C++
-operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the kernel's launch entry is
-registered there on a shape's first call, and later calls cost a dictionary lookup and the
-op. A kernel without a C launch entry (Triton) is swapped, below OP_HOST_BOUND_FLOPS, for
-the best program of another backend (search.choice.resolve with that backend excluded) that
-has one; above it, and for `acc="f16"`, `out=` and machines where the op can't be built
-(warned once; GEMMFORGE_TORCH_OP=0 never tries), the Python Kernel runs.
+Programs are chosen per token bucket: for (bucket of m, n, k, layout, device), the bucket
+being the power of two at or above m (torch_op.bucket), search.choice resolves the program
+at the bucket's top m (the user's tuned database, then the shipped file, by device class and
+nearest legal shape within a distance limit, else the heuristic's), builds it once
+(artifact cache) and keeps the loaded kernel; every m of the bucket runs it (the kernels
+take m at run time), so a new m costs no build. Where a record says cuBLAS won the shape, or
+the chosen program's own record reads slower than cuBLAS, cuBLAS serves (search.choice,
+cublas="slower"). With an fp32 accumulator and no `out`, the call goes through the C++
+operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's launch entry (or its
+cuBLAS mark) is registered there on the bucket's first call, and later calls cost a
+dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped, below
+OP_HOST_BOUND_FLOPS, for the best program of another backend (search.choice.resolve with
+that backend excluded) that has one; above it, and for `acc="f16"`, `out=` and machines
+where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never tries), the Python
+Kernel runs.
 
     from gemmforge.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 CUDA tensors
@@ -29,9 +34,8 @@ launch entry costs ~20 us more than the op's (benchmarks/README.md, op_call_gpu.
 than the ~5 % a Triton winner's kernel gains there, so the op runs the best program that
 has one instead."""
 _kernels: dict[tuple, Kernel] = {}
-_TORCH = "torch.matmul"  # a route: the shape's kernel could not be built, torch.matmul serves it
-_routes: dict[tuple, object] = {}  # (m, n, k, layout, device) -> None (the op runs it), a
-                                   # Python Kernel (no C launch entry) or _TORCH
+_routes: dict[tuple, object] = {}  # (bucket, n, k, layout, device) -> None (the op serves it:
+                                   # our kernel or cuBLAS) or a Python Kernel (no C entry)
 _classes: dict[int, str | None] = {}
 _op_state: dict[str, bool] = {}  # "ready": whether torch.ops.gemmforge.mm is loaded
 _lock = threading.Lock()
@@ -51,10 +55,12 @@ def device_class_of(device_index: int) -> str | None:
     return cls
 
 
-def choice_for(problem: Problem, arch: Arch, device_class: str | None):
-    """search.choice.resolve: the program for `problem` and where it came from."""
+def choice_for(problem: Problem, arch: Arch, device_class: str | None, cublas: str = "never",
+               exclude: frozenset = frozenset()):
+    """search.choice.resolve: the program for `problem` (or cuBLAS, as `cublas` says) and
+    where it came from."""
     from gemmforge.search.choice import resolve
-    return resolve(problem, arch, device_class)
+    return resolve(problem, arch, device_class, cublas=cublas, exclude=exclude)
 
 
 def program_for(problem: Problem, arch: Arch, device_class: str | None = None) -> Program:
@@ -115,15 +121,13 @@ def _through_op(a, b_kn):
         route = _routes.get(key, False)
         if route is False:
             route = _register(key)
-        if route is _TORCH:
-            return torch.matmul(a, b_kn)
         if route is not None:  # a Python Kernel: b in its own layout
             return route(a, b_kn if key[3] == "nn" else b_kn.t())
     return torch.ops.gemmforge.mm(a, b_kn)
 
 
 def _key(a, b_kn) -> tuple | None:
-    """(m, n, k, layout, device index) when the op can serve the operands, else None (the
+    """(bucket of m, n, k, layout, device index) when the op can serve the operands, else None (the
     op then falls back to torch.matmul and says why)."""
     import torch
     from gemmforge.torch_op import layout_of
@@ -135,45 +139,53 @@ def _key(a, b_kn) -> tuple | None:
     layout = layout_of(b_kn)
     if layout is None:
         return None
-    return (a.shape[0], b_kn.shape[1], a.shape[1], layout, a.device.index or 0)
+    from gemmforge.torch_op import bucket
+    return (bucket(a.shape[0]), b_kn.shape[1], a.shape[1], layout, a.device.index or 0)
 
 
 def _register(key: tuple):
-    """Build `key`'s kernel and register it with the op (None), or keep it as a Python
-    Kernel when it has no C launch entry (the Kernel)."""
-    from gemmforge.compiler.values import BuildError
-    from gemmforge.torch_op import register
-    m, n, k, layout, device = key
-    problem = Problem(m, n, k, layout, Accum.F32)
-    try:
-        kernel = kernel_for(problem, device)
-    except (BuildError, ValueError, OSError) as e:  # no legal program, or its build failed
-        warnings.warn(f"gemmforge.matmul: no kernel for {problem}: {e}; torch.matmul serves "
-                      "this shape", stacklevel=4)
-        route = _routes[key] = _TORCH
-        return route
-    route = None if register(m, n, k, layout, device, kernel) else kernel
-    if route is not None and problem.flops < OP_HOST_BOUND_FLOPS:
-        alternative = _launchable_alternative(problem, device, kernel)
-        if alternative is not None and register(m, n, k, layout, device, alternative):
-            route = None
-    _routes[key] = route
+    """Resolve and build the program of `key` (bucket, n, k, layout, device) and register
+    it with the op (None), or mark the bucket as cuBLAS's (None: the op calls torch.matmul
+    there), or keep a Python Kernel when it has no C launch entry (the Kernel)."""
+    route = _routes[key] = prepare(key, "slower", host_bound_flops=OP_HOST_BOUND_FLOPS)
     return route
 
 
-def _launchable_alternative(problem: Problem, device: int, kernel: Kernel) -> Kernel | None:
-    """For a problem whose kernel has no C launch entry (Triton): the program resolved
-    without that kernel's backend (a nearby shape's cuda_wgmma winner, else the
-    heuristic's), built and loaded, or None if it can't be."""
+def device_sm(device_index: int) -> int:
+    """The compute capability of CUDA device `device_index`, as 90 for 9.0."""
+    import torch
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return major * 10 + minor
+
+
+def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
+            caller: str = "gemmforge.matmul"):
+    """Fill the op's table for `key` = (bucket, n, k, layout, device): the program resolved at
+    the bucket's top m (search.choice, `cublas` its cuBLAS rule) built and registered; or a
+    cuBLAS mark where cuBLAS serves, the program has no C launch entry and no launchable
+    alternative exists, or its build fails (one warning naming the shape). Returns None (the
+    op serves every call of the bucket) or a Python Kernel (no C launch entry, and the
+    problem at or above `host_bound_flops`: the caller runs it itself)."""
     import torch
     from gemmforge.compiler.values import BuildError
-    from gemmforge.ir.text import parse
-    from gemmforge.search.choice import resolve
-    major, minor = torch.cuda.get_device_capability(device)
-    sm = major * 10 + minor
+    from gemmforge.torch_op import register, register_cublas
+    m, n, k, layout, device = key
+    problem = Problem(m, n, k, layout, Accum.F32)
+    sm = device_sm(device)
+    exclude: frozenset = frozenset()
     try:
-        choice = resolve(problem, _arch_of(sm), device_class_of(device),
-                         exclude=frozenset({parse(kernel.artifact.program_text).backend}))
-        return _build(choice.program, problem, sm)
-    except (BuildError, ValueError, OSError):
-        return None
+        for _ in range(2):  # the resolved program, then one of a backend with a C entry
+            choice = choice_for(problem, _arch_of(sm), device_class_of(device), cublas, exclude)
+            if choice.cublas:
+                break
+            kernel = _build(choice.program, problem, sm)
+            if register(m, n, k, layout, device, kernel):
+                return None
+            if problem.flops >= host_bound_flops:
+                return kernel
+            exclude = frozenset({choice.program.backend})
+    except (BuildError, ValueError, OSError) as e:  # no legal program, or its build failed
+        warnings.warn(f"{caller}: no kernel for {problem}: {e}; cuBLAS serves this shape",
+                      stacklevel=4)
+    register_cublas(m, n, k, layout, device)
+    return None

@@ -27,6 +27,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("csrc") / "gemmforge_op.cpp"
 LAYOUT_CODES = {"nn": 0, "nt": 1}
+CUBLAS = "cublas"  # what `_registered` reads for a bucket cuBLAS serves
 
 _lock = threading.Lock()
 _state: dict = {}  # "loaded": True once the op exists; "error": why it could not be built
@@ -129,24 +130,41 @@ def layout_of(b) -> str | None:
     return None
 
 
-def launch_address(kernel) -> int | None:
-    """The address of `kernel`'s C launch entry, or None if it has none (a Python Kernel)."""
-    entry = getattr(kernel, "_launch", None)
-    if not isinstance(entry, ctypes._CFuncPtr):
+def launch_address(kernel, entry: str = "_launch") -> int | None:
+    """The address of `kernel`'s C launch entry (`entry`: "_launch", or "_launch_bias" for the
+    bias epilogue's), or None if it has none (a Python Kernel, or a program without it)."""
+    function = getattr(kernel, entry, None)
+    if not isinstance(function, ctypes._CFuncPtr):
         return None
-    return ctypes.cast(entry, ctypes.c_void_p).value
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def bucket(m: int) -> int:
+    """The token bucket of `m`: the power of two at or above it (as the op computes it). Every
+    m of a bucket runs the one program registered for it."""
+    return 1 << max(0, (m - 1).bit_length()) if m <= 1 << 30 else 2**31 - 1
 
 
 def register(m: int, n: int, k: int, layout: str, device_index: int, kernel) -> bool:
-    """Put `kernel` into the op's table for (m, n, k, layout, device) with a workspace of
-    the size it asks for there; False (nothing registered) if it has no C launch entry."""
+    """Put `kernel` into the op's table for (bucket of m, n, k, layout, device) with a
+    workspace sized for the bucket's largest m; a bias entry too where the program has one.
+    False (nothing registered) if it has no C launch entry."""
     import torch
     address = launch_address(kernel)
     if address is None:
         return False
+    top = min(bucket(m), 2**31 - 1)
     with torch.cuda.device(device_index):  # a cuda_so sizes its workspace by the device
-        need = int(kernel.workspace_bytes(m, n, k))
+        need = max(int(kernel.workspace_bytes(mm, n, k)) for mm in {m, top})
     workspace = torch.empty(max(need, 1), dtype=torch.uint8, device=f"cuda:{device_index}")
     torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], device_index, address,
-                                  workspace, need, kernel.artifact.program_text)
+                                  launch_address(kernel, "_launch_bias") or 0, workspace, need,
+                                  kernel.artifact.program_text)
     return True
+
+
+def register_cublas(m: int, n: int, k: int, layout: str, device_index: int) -> None:
+    """Mark (bucket of m, n, k, layout, device) as cuBLAS's: the op calls ATen there, silently."""
+    import torch
+    torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], device_index, 0, 0,
+                                  torch.empty(0, dtype=torch.uint8), 0, CUBLAS)

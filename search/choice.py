@@ -110,8 +110,8 @@ class Choice:
     `ranked` how many shipped programs the learned rule ranked to choose it, legal here or
     not (None: it did not rank)."""
 
-    program: Program
-    source: str  # "tuned", "shipped" or "heuristic"
+    program: Program | None  # None: cuBLAS serves the problem (`cublas`)
+    source: str  # "tuned", "shipped", "heuristic" or "cublas"
     distance: float | None = None
     measured: Problem | None = None
     device_class: str | None = None
@@ -121,15 +121,24 @@ class Choice:
     predicted_us: float | None = None
     ranked: int | None = None
     pdl_dropped: bool = False  # GEMMFORGE_PDL=0 took `pdl` off the program chosen
+    ratio: float | None = None  # the record's cuBLAS/ours as a model runs it (after another
+                                # kernel where measured, else back to back)
+    why: str = ""  # for a cuBLAS choice: why cuBLAS serves
+
+    @property
+    def cublas(self) -> bool:
+        return self.program is None
 
     @property
     def provenance(self) -> str:
-        if self.source == "heuristic":
-            return "heuristic"
+        if self.source in ("heuristic", "cublas"):
+            return self.source
         return f"{self.source}-{'exact' if self.distance == 0 else 'nearest'}"
 
     def line(self) -> str:
         """One line saying where the program came from (emit and bench print it)."""
+        if self.cublas:
+            return f"program: cuBLAS ({self.why})"
         if self.source == "heuristic":
             return ("program: heuristic (no tuned or shipped program for this shape"
                     + ("; pdl off (GEMMFORGE_PDL=0))" if self.pdl_dropped else ")"))
@@ -150,18 +159,59 @@ class Choice:
 def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
             tuned_url: str | None = None, shipped_path=None, use_tuned: bool = True,
             max_distance: float = MAX_DISTANCE, exclude: frozenset = frozenset(),
-            rule: str = DEFAULT_RULE, model=None) -> Choice:
+            rule: str = DEFAULT_RULE, model=None, cublas: str = "never") -> Choice:
     """The program for `problem` on a device of `device_class` (None: no measured source
-    applies) running `arch` programs, with its provenance (see the module doc). `exclude`:
+    applies) running `arch` programs, with its provenance (see the module doc), or cuBLAS
+    (`Choice.cublas`) as `cublas` says (CUBLAS_RULES: "never" never; "slower" where a record
+    says cuBLAS won the shape or the chosen program's own record reads slower than cuBLAS;
+    "unmeasured" also where the program was not measured at this very shape). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
     `rule`: how a shipped program is picked off the grid, one of RULES; `model`: the learned rule's
     search.ranker.Ranker (None: the package's model file of the problem's layout).
     With GEMMFORGE_PDL=0 the program chosen runs without `pdl` (see without_pdl)."""
+    if cublas not in CUBLAS_RULES:
+        raise ValueError(f"cublas: {cublas!r} is not one of {', '.join(CUBLAS_RULES)}")
+    if cublas != "never":
+        won = _cublas_won(problem, device_class, shipped_path)
+        if won is not None:
+            return won
     choice = _resolve(problem, arch, device_class, tuned_url=tuned_url, shipped_path=shipped_path,
                       use_tuned=use_tuned, max_distance=max_distance, exclude=exclude, rule=rule,
                       model=model)
+    choice = _cublas_rule(choice, cublas)
     from gemmforge.compiler.knobs import knobs
-    return choice if knobs().pdl else without_pdl(choice)
+    return choice if knobs().pdl or choice.cublas else without_pdl(choice)
+
+
+CUBLAS_RULES = ("never", "slower", "unmeasured")
+
+
+def _cublas_won(problem: Problem, device_class: str | None, shipped_path) -> Choice | None:
+    """cuBLAS, where the shipped file records that it won `problem` on the device's class."""
+    if not device_class:
+        return None
+    book = _book(shipped_path)
+    for cls in lookup_classes(device_class)[:1]:  # the device's own class measured it
+        row = book.cublas_won(cls, problem)
+        if row is not None:
+            return Choice(None, "cublas", 0.0, row.problem, cls, None,
+                          row.measured.get("command", ""), ratio=1.0,
+                          why=f"it won this shape's confirmation on {cls}")
+    return None
+
+
+def _cublas_rule(choice: Choice, rule: str) -> Choice:
+    """`choice`, or cuBLAS where `rule` says (resolve's doc)."""
+    if rule == "never":
+        return choice
+    if choice.ratio is not None and choice.ratio < 1.0:
+        return replace(choice, program=None, source="cublas",
+                       why=f"the {choice.provenance} program reads {choice.ratio:.3f}x cuBLAS "
+                           f"at {choice.measured}")
+    if rule == "unmeasured" and (choice.source == "heuristic" or choice.distance != 0.0):
+        return replace(choice, program=None, source="cublas",
+                       why=f"no program was measured at this shape ({choice.provenance})")
+    return choice
 
 
 def without_pdl(choice: Choice) -> Choice:
@@ -264,7 +314,7 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
             row = min(ranked[i], key=lambda r: distance(problem, r.problem))
             return Choice(program, "shipped", distance(problem, row.problem), row.problem,
                           row.device_class, row.speedup, row.measured.get("command", ""),
-                          row.figures.get("kernel_us"), ranked=len(ranked))
+                          row.figures.get("kernel_us"), ranked=len(ranked), ratio=row.ratio)
     return fallback
 
 
@@ -315,7 +365,8 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
     for e, cls in tuned_candidates(problem, arch, classes, url):
         d = distance(problem, e.problem)
         if d <= limit and usable(e.program, problem):
-            out.append(Choice(e.program, "tuned", d, e.problem, cls, e.speedup, e.command))
+            out.append(Choice(e.program, "tuned", d, e.problem, cls, e.speedup, e.command,
+                              ratio=e.speedup))
     return out
 
 
@@ -339,7 +390,7 @@ def shipped_candidates(problem: Problem, arch: Arch, classes: tuple[str, ...], b
                         and row.program.backend not in exclude and usable(row.program, problem)):
                     out.append(Choice(row.program, "shipped", d, row.problem, cls, row.speedup,
                                       row.measured.get("command", ""),
-                                      row.figures.get("kernel_us")))
+                                      row.figures.get("kernel_us"), ratio=row.ratio))
             if out and out[-1].device_class == cls and out[-1].distance == 0.0:
                 break  # a legal exact row: no neighbour can beat it
     return out

@@ -29,6 +29,9 @@ from gemmforge.compiler.knobs import knobs
 from gemmforge.ir.program import Problem, Program
 
 FORMAT = "gemmforge-shipped/1"
+CUBLAS = "cublas"
+"""A row's program text where cuBLAS won the shape's confirmation: the runtime calls cuBLAS
+there (search.choice), and no program of ours serves the shape."""
 DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json"
 FIGURES = ("kernel_us", "cublas_us", "speedup", "min_speedup", "cold_us", "cublas_cold_us",
            "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us", "after_us",
@@ -51,12 +54,29 @@ class ShippedRow:
     measured: dict  # the measurement's record: command, files, commit, date, device
 
     @property
+    def key(self) -> tuple:
+        return (self.device_class, self.problem)
+
+    @property
     def program(self) -> Program:
         return _parse(self.program_text)
 
     @property
     def speedup(self) -> float | None:
         return self.figures.get("speedup")
+
+    @property
+    def ratio(self) -> float | None:
+        """cuBLAS time / ours as a model runs it: after another kernel where measured, else
+        back to back (the kernel protocol's median ratio)."""
+        after, cublas_after = self.figures.get("after_us"), self.figures.get("cublas_after_us")
+        if after and cublas_after:
+            return cublas_after / after
+        return self.speedup
+
+    @property
+    def cublas(self) -> bool:
+        return self.program_text == CUBLAS
 
     def to_json(self, measured_id: str) -> dict:
         p = self.problem
@@ -85,16 +105,22 @@ class ShippedFile:
 
     def __init__(self, rows: list[ShippedRow], path: Path | None = None):
         self.path = path
-        self.rows = rows
+        self.rows = [r for r in rows if not r.cublas]  # rows of a program of ours
+        self.cublas_rows = [r for r in rows if r.cublas]
         self._by_group: dict[tuple, list[ShippedRow]] = {}
         self._exact: dict[tuple, ShippedRow] = {}
-        for row in rows:
+        self._cublas: dict[tuple, ShippedRow] = {r.key: r for r in self.cublas_rows}
+        for row in self.rows:
             p = row.problem
             self._by_group.setdefault((row.device_class, p.layout, p.acc), []).append(row)
-            self._exact[(row.device_class, p)] = row
+            self._exact[row.key] = row
 
     def exact(self, device_class: str, problem: Problem) -> ShippedRow | None:
         return self._exact.get((device_class, problem))
+
+    def cublas_won(self, device_class: str, problem: Problem) -> ShippedRow | None:
+        """The row saying cuBLAS won `problem` on `device_class`, if the file has one."""
+        return self._cublas.get((device_class, problem))
 
     def group(self, device_class: str, problem: Problem) -> list[ShippedRow]:
         """Rows of `device_class` with `problem`'s layout and accumulator."""

@@ -91,17 +91,25 @@ def test_registration_table(mm):
     libc = ctypes.CDLL(None)
     address = ctypes.cast(libc.abs, ctypes.c_void_p).value
     workspace = torch.empty(64, dtype=torch.uint8)
-    torch.ops.gemmforge._register(8, 4, 16, 1, 0, address, workspace, 64, "some program")
+    torch.ops.gemmforge._register(8, 4, 16, 1, 0, address, 0, workspace, 64, "some program")
     assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == "some program"
+    # one entry per token bucket: every m from 5 to 8 finds it, 4 and 9 do not
+    assert torch.ops.gemmforge._registered(5, 4, 16, 1, 0) == "some program"
+    assert torch.ops.gemmforge._registered(4, 4, 16, 1, 0) == ""
+    assert torch.ops.gemmforge._registered(9, 4, 16, 1, 0) == ""
+    assert [torch.ops.gemmforge._bucket(m) for m in (1, 2, 3, 77, 4096, 4097)] == [
+        torch_op.bucket(m) for m in (1, 2, 3, 77, 4096, 4097)] == [1, 2, 4, 128, 4096, 8192]
     assert torch.ops.gemmforge._registered(8, 4, 16, 0, 0) == ""
     assert torch.ops.gemmforge._registered(8, 4, 16, 1, 1) == ""
     with pytest.raises(RuntimeError, match="layout 0 \\(nn\\) or 1 \\(nt\\)"):
-        torch.ops.gemmforge._register(8, 4, 16, 2, 0, address, workspace, 64, "p")
-    with pytest.raises(RuntimeError, match="null launch entry"):
-        torch.ops.gemmforge._register(8, 4, 16, 0, 0, 0, workspace, 64, "p")
+        torch.ops.gemmforge._register(8, 4, 16, 2, 0, address, 0, workspace, 64, "p")
+    with pytest.raises(RuntimeError, match="m, n and k must be positive"):
+        torch.ops.gemmforge._register(0, 4, 16, 0, 0, address, 0, workspace, 64, "p")
     with pytest.raises(RuntimeError, match="holds 64 bytes, not 65"):
-        torch.ops.gemmforge._register(8, 4, 16, 0, 0, address, workspace, 65, "p")
-    assert torch.ops.gemmforge._forget_all() == 1
+        torch.ops.gemmforge._register(8, 4, 16, 0, 0, address, 0, workspace, 65, "p")
+    torch_op.register_cublas(64, 8, 16, "nt", 0)  # cuBLAS's bucket: no launch entry at all
+    assert torch.ops.gemmforge._registered(40, 8, 16, 1, 0) == torch_op.CUBLAS
+    assert torch.ops.gemmforge._forget_all() == 2
     assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == ""
 
 
@@ -191,48 +199,80 @@ def test_builds_without_ninja(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [lib.name]
 
 
-def test_a_shape_whose_kernel_cant_be_built_goes_to_torch_matmul(monkeypatch):
-    from gemmforge.compiler.values import BuildError
-
-    def fail(problem, device):
-        raise BuildError("nvcc exited with 1")
-
-    monkeypatch.setattr(ops, "kernel_for", fail)
-    monkeypatch.setattr(ops, "_routes", {})
-    key = (8, 4, 16, "nn", 0)
-    with pytest.warns(UserWarning, match="no kernel for 8x4x16 nn f32: nvcc exited with 1"):
-        assert ops._register(key) == ops._TORCH
-    assert ops._routes[key] == ops._TORCH
+class _FakeKernel:
+    def __init__(self, text, entry):
+        self.artifact = type("A", (), {"program_text": text})()
+        self.entry = entry
 
 
-def test_a_small_shape_without_a_c_entry_runs_another_backends_program_on_the_op(monkeypatch):
-    """Below OP_HOST_BOUND_FLOPS a Triton kernel (no C launch entry) is swapped for the
-    program resolved without Triton, registered with the op; above it, or when no such
-    program builds, the Python Kernel serves."""
-    from gemmforge import torch_op as op_module
+TRITON = "triton sm_90a 64x32x64 w2x2 s6 swnone row/8 pred k1 dp c1x1 nows direct"
+WGMMA = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"
 
-    class Fake:
-        def __init__(self, text, entry):
-            self.artifact = type("A", (), {"program_text": text})()
-            self.entry = entry
-    triton = Fake("triton sm_90a 64x32x64 w2x2 s6 swnone row/8 pred k1 dp c1x1 nows direct", False)
-    wgmma = Fake("cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct", True)
-    registered = []
+
+@pytest.fixture
+def routing(monkeypatch):
+    """ops.prepare with the resolver, builds and the op's table stood in: `choices` maps an
+    excluded-backends set to the program text resolved (None: cuBLAS); the record lists what
+    reached the table."""
+    from gemmforge.ir.text import parse
+    from gemmforge.search.choice import Choice
+    state = {"choices": {frozenset(): TRITON, frozenset({"triton"}): WGMMA}, "table": [],
+             "build": lambda program: _FakeKernel(str(program), program.backend != "triton")}
+
+    def choice_for(problem, arch, device_class, cublas, exclude):
+        text = state["choices"].get(exclude)
+        return Choice(None, "cublas") if text is None else Choice(parse(text), "shipped", 0.0)
 
     def register(m, n, k, layout, device, kernel):
         if kernel.entry:
-            registered.append((m, n, k, kernel.artifact.program_text))
+            state["table"].append((m, n, k, layout, kernel.artifact.program_text))
         return kernel.entry
-    monkeypatch.setattr(op_module, "register", register)
-    monkeypatch.setattr(ops, "kernel_for", lambda problem, device: triton)
-    monkeypatch.setattr(ops, "_launchable_alternative", lambda problem, device, kernel: wgmma)
+    monkeypatch.setattr(ops, "choice_for", choice_for)
+    monkeypatch.setattr(ops, "device_sm", lambda device: 90)
+    monkeypatch.setattr(ops, "device_class_of", lambda device: "h200")
+    monkeypatch.setattr(ops, "_build", lambda program, problem, sm: state["build"](program))
+    monkeypatch.setattr(torch_op, "register", register)
+    monkeypatch.setattr(torch_op, "register_cublas",
+                        lambda m, n, k, layout, device: state["table"].append((m, n, k, layout, "cublas")))
     monkeypatch.setattr(ops, "_routes", {})
+    return state
+
+
+def test_a_shape_whose_kernel_cant_be_built_goes_to_cublas_with_one_warning(routing):
+    from gemmforge.compiler.values import BuildError
+
+    def fail(program):
+        raise BuildError("nvcc exited with 1")
+    routing["build"] = fail
+    key = (8, 4, 16, "nn", 0)
+    with pytest.warns(UserWarning, match="no kernel for 8x4x16 nn f32: nvcc exited with 1; cuBLAS"):
+        assert ops._register(key) is None
+    assert routing["table"] == [(8, 4, 16, "nn", "cublas")]
+    assert ops._routes[key] is None
+
+
+def test_a_small_shape_without_a_c_entry_runs_another_backends_program_on_the_op(routing):
+    """Below OP_HOST_BOUND_FLOPS a Triton kernel (no C launch entry) is swapped for the
+    program resolved without Triton, registered with the op; above it the Python Kernel
+    serves; where the second resolve says cuBLAS, the bucket is cuBLAS's."""
     assert ops._register((64, 128, 64, "nn", 0)) is None  # the op runs wgmma
-    assert registered == [(64, 128, 64, wgmma.artifact.program_text)]
-    big = (4096, 4096, 4096, "nn", 0)
-    assert ops._register(big) is triton and len(registered) == 1
-    monkeypatch.setattr(ops, "_launchable_alternative", lambda problem, device, kernel: None)
-    assert ops._register((64, 64, 128, "nn", 0)) is triton
+    assert routing["table"] == [(64, 128, 64, "nn", WGMMA)]
+    kernel = ops._register((4096, 4096, 4096, "nn", 0))
+    assert kernel.artifact.program_text == TRITON and len(routing["table"]) == 1
+    routing["choices"][frozenset({"triton"})] = None
+    assert ops._register((64, 64, 128, "nn", 0)) is None
+    assert routing["table"][-1] == (64, 64, 128, "nn", "cublas")
+
+
+def test_a_bucket_cublas_won_is_marked_for_the_op(routing):
+    routing["choices"][frozenset()] = None
+    assert ops.prepare((16, 4096, 4096, "nt", 0), "unmeasured") is None
+    assert routing["table"] == [(16, 4096, 4096, "nt", "cublas")]
+
+
+def test_token_buckets_are_the_powers_of_two_at_or_above_m():
+    assert torch_op.bucket(77) == 128 and torch_op.bucket(128) == 128 and torch_op.bucket(1) == 1
+    assert torch_op.bucket(129) == 256 and torch_op.bucket(2**31 - 1) == 2**31 - 1
 
 
 def test_resolve_can_leave_a_backend_out():

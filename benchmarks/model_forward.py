@@ -1,0 +1,220 @@
+"""A transformers decoder's forward, stock against `gemmforge.patch`ed, side by side.
+
+    python3 benchmarks/model_forward.py --models llama,qwen2,mistral --tokens 1,16,64,256,1024,4096 \\
+        --modes eager,graph --tuned no --csv model_forward.csv
+
+Per model family (random weights, fp16, batch 1, `--layers` decoder layers of the family's 7-8B
+dimensions, the family's own transformers code): one model, and a deep copy of it patched
+(same weights). Per token count T and mode: eager calls, one CUDA graph per side (captured
+after a warm-up), or `torch.compile(fullgraph=True)` of each side; `--rounds` rounds, each
+timing `--iters` forwards of one side then the other with CUDA events (the order alternates
+between rounds); a row's figures are medians over the rounds, speedup = the median of the
+per-round stock/gemmforge ratios. The forward computes the last position's logits only
+(`logits_to_keep=1`, as generation does) and no KV cache. One CSV row per (model, T, mode,
+tuned): stock_ms, gemmforge_ms, speedup, spread (the rounds' min and max ratio), routed (layers
+patched) and programs (how many distinct buckets run a program of ours rather than cuBLAS).
+
+`--host N` times the eager host cost of one Linear instead, nn.Linear against a patched one,
+at N small shapes (bias on every other), paired, each call synchronised.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import statistics
+import sys
+import time
+
+FAMILIES = {
+    # name: (config class, keyword arguments: the 7-8B model's dimensions)
+    "llama": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                                  num_key_value_heads=8, vocab_size=128256)),
+    "qwen2": ("Qwen2Config", dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                                  num_key_value_heads=4, vocab_size=152064)),
+    "mistral": ("MistralConfig", dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                                      num_key_value_heads=8, vocab_size=32768)),
+    "gemma": ("GemmaConfig", dict(hidden_size=3072, intermediate_size=24576, num_attention_heads=16,
+                                  num_key_value_heads=16, head_dim=256, vocab_size=256000)),
+}
+COLUMNS = ["model", "tokens", "mode", "tuned", "stock_ms", "gemmforge_ms", "speedup", "min_ratio",
+           "max_ratio", "routed", "programs", "device"]
+
+
+def build(family: str, layers: int):
+    """The family's causal LM with random fp16 weights on the GPU."""
+    import torch
+    import transformers
+    name, dims = FAMILIES[family]
+    config = getattr(transformers, name)(num_hidden_layers=layers, **dims)
+    config._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    return model.eval()
+
+
+def timed(fn, iters: int) -> float:
+    """Milliseconds per call of `fn` over `iters` calls (CUDA events around all of them)."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def runner(model, ids, mode: str):
+    """A no-argument callable running one forward of `model` on `ids` in `mode`."""
+    import torch
+
+    def forward():
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+    if mode == "eager":
+        return forward
+    if mode == "compile":
+        compiled = torch.compile(forward, fullgraph=True, dynamic=False)
+        for _ in range(3):
+            compiled()
+        return compiled
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    return graph.replay
+
+
+def compare(stock, ours, rounds: int, iters: int) -> dict:
+    """Alternating rounds of the two callables: medians and the per-round ratios' spread."""
+    for fn in (stock, ours):
+        timed(fn, 2)
+    s_ms, g_ms, ratios = [], [], []
+    for r in range(rounds):
+        pair = [(stock, s_ms), (ours, g_ms)]
+        for fn, out in (pair if r % 2 == 0 else pair[::-1]):
+            out.append(timed(fn, iters))
+        ratios.append(s_ms[-1] / g_ms[-1])
+    return {"stock_ms": statistics.median(s_ms), "gemmforge_ms": statistics.median(g_ms),
+            "speedup": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios)}
+
+
+def check_same(stock_model, ours_model, ids) -> float:
+    """Relative error of the patched model's logits against the stock model's."""
+    import torch
+    with torch.no_grad():
+        a = stock_model(input_ids=ids, use_cache=False, logits_to_keep=1).logits.float()
+        b = ours_model(input_ids=ids, use_cache=False, logits_to_keep=1).logits.float()
+    return float((a - b).norm() / a.norm().clamp_min(1e-12))
+
+
+def run_family(family: str, args, device: str, writer) -> None:
+    import torch
+    import gemmforge
+    from gemmforge import linears
+    stock = build(family, args.layers)
+    ours = copy.deepcopy(stock)
+    start = time.time()
+    report = gemmforge.patch(ours, tokens=args.tokens)
+    print(f"{family}: {report} (prepared in {time.time() - start:.0f} s)", flush=True)
+    with torch.no_grad():
+        for t in args.tokens:
+            ids = torch.randint(0, stock.config.vocab_size, (1, t), device="cuda")
+            err = check_same(stock, ours, ids)
+            if err > args.max_error:
+                raise SystemExit(f"{family} T={t}: patched logits differ from stock by {err:.2e}")
+            programs = sum(1 for key in linears._prepared if key[0] == torch.ops.gemmforge._bucket(t)
+                           and torch.ops.gemmforge._registered(t, key[1], key[2], 1, key[3])
+                           not in ("", "cublas"))
+            for mode in args.modes:
+                row = compare(runner(stock, ids, mode), runner(ours, ids, mode), args.rounds,
+                              args.iters if t < 1024 or mode == "graph" else max(2, args.iters // 4))
+                row.update(model=family, tokens=t, mode=mode, tuned=args.tuned,
+                           routed=len(report.routed), programs=programs, device=device)
+                writer.writerow({c: (f"{row[c]:.4f}" if isinstance(row[c], float) else row[c])
+                                 for c in COLUMNS})
+                print(f"{family:8} T={t:5} {mode:7} stock {row['stock_ms']:8.3f} ms  gemmforge "
+                      f"{row['gemmforge_ms']:8.3f} ms  {row['speedup']:.3f}x "
+                      f"[{row['min_ratio']:.3f}, {row['max_ratio']:.3f}] ours at {programs} shapes "
+                      f"err {err:.1e}", flush=True)
+    del stock, ours
+    torch.cuda.empty_cache()
+
+
+def host_cost(shapes: int, rounds: int) -> None:
+    """Eager host cost per call of nn.Linear against a patched one (module doc)."""
+    import random
+    import torch
+    import gemmforge
+    rng = random.Random(0)
+    ratios = []
+    for i in range(shapes):
+        n, k = rng.choice([64, 128, 256, 512]), rng.choice([64, 128, 256])
+        layer = torch.nn.Linear(k, n, bias=i % 2 == 0, device="cuda", dtype=torch.float16)
+        patched = copy.deepcopy(layer)
+        gemmforge.patch(patched, tokens=[rng.choice([1, 8, 16])])
+        x = torch.randn(1, rng.choice([1, 8, 16]), k, device="cuda", dtype=torch.float16)
+        with torch.no_grad():
+            times = {"stock": [], "ours": []}
+            for r in range(rounds):
+                for name, fn in (("stock", layer), ("ours", patched))[:: 1 if r % 2 else -1]:
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    for _ in range(200):
+                        fn(x)
+                    torch.cuda.synchronize()
+                    times[name].append((time.perf_counter() - start) / 200 * 1e6)
+        s, o = statistics.median(times["stock"]), statistics.median(times["ours"])
+        ratios.append(s / o)
+        print(f"host n={n} k={k} bias={layer.bias is not None}: nn.Linear {s:.2f} us, patched "
+              f"{o:.2f} us", flush=True)
+    print(f"host cost over {shapes} shapes: nn.Linear / patched geomean "
+          f"{statistics.geometric_mean(ratios):.3f}, worst {min(ratios):.3f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="llama,qwen2,mistral")
+    ap.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--tuned", default="no", help="the CSV's `tuned` column: no or yes")
+    ap.add_argument("--max-error", type=float, default=2e-2, help="patched vs stock logits")
+    ap.add_argument("--csv", default="model_forward.csv")
+    ap.add_argument("--host", type=int, default=0, help="time N small Linear shapes' host cost instead")
+    args = ap.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        print("model_forward: needs a CUDA GPU", file=sys.stderr)
+        return 1
+    if args.host:
+        host_cost(args.host, args.rounds)
+        return 0
+    args.tokens = [int(t) for t in args.tokens.split(",")]
+    args.modes = args.modes.split(",")
+    bad = [m for m in args.models.split(",") if m not in FAMILIES] + [
+        m for m in args.modes if m not in ("eager", "graph", "compile")]
+    if bad:
+        print(f"model_forward: unknown model or mode: {', '.join(bad)}", file=sys.stderr)
+        return 2
+    device = torch.cuda.get_device_name()
+    with open(args.csv, "a", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        if f.tell() == 0:
+            writer.writeheader()
+        for family in args.models.split(","):
+            run_family(family, args, device, writer)
+            f.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`linear(x, weight, bias)`: F.linear through gemmforge, for the layers `patch` routes.
+
+    y = gemmforge.linears.linear(x, weight, bias)   # x (..., k), weight (n, k), bias (n,) or None
+
+The call goes to the C++ op `torch.ops.gemmforge.linear` (gemmforge.torch_op), which looks up
+(token bucket of m = x.numel() / k, n, k, layout nt, device) in its table and launches the
+program registered there, or calls at::linear (cuBLASLt, bias fused) where the table says
+cuBLAS or holds nothing. The first call of a bucket fills the table (`prepare`): the program
+resolved at the bucket's top m, only where it was measured at that very shape and read
+faster than cuBLAS there (search.choice, cublas="unmeasured"); anything else is cuBLAS's.
+So a bucket never runs a program slower than cuBLAS by its own record, and a new m inside a
+prepared bucket costs no build. Under torch.compile the op is traced as is: prepare the
+buckets first (`prepare_buckets`, or `patch(model, tokens=...)`); a bucket not prepared runs
+at::linear, correctly.
+"""
+from __future__ import annotations
+
+import threading
+
+from gemmforge.torch_op import bucket
+
+_prepared: set[tuple] = set()  # (bucket, n, k, device) whose table entry is filled
+_lock = threading.Lock()
+CUBLAS_RULE = "unmeasured"
+"""search.choice's cuBLAS rule for linear layers: a program of ours serves a bucket only where
+a record measured it at that shape and it read faster than cuBLAS there. Off the measured
+shapes, a neighbour's program read 0.94x cuBLAS over 30 model layer shapes (after another
+kernel, on an H200: docs/model_path.md), so the rule gives those to cuBLAS until `gemmforge
+tune --model` measures them."""
+
+
+def linear(x, weight, bias=None):
+    """F.linear(x, weight, bias) with gemmforge's kernel for the bucket where one wins; F.linear
+    itself where autograd records (the op has no backward: patch serves inference)."""
+    import torch
+    if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):
+        return torch.nn.functional.linear(x, weight, bias)
+    if not torch.compiler.is_compiling() and x.is_cuda:
+        k = weight.shape[-1]
+        key = (bucket(x.numel() // k) if k else 0, weight.shape[0], k, x.device.index or 0)
+        if key not in _prepared:
+            prepare_key(key)
+    return torch.ops.gemmforge.linear(x, weight, bias)
+
+
+def prepare_key(key: tuple) -> None:
+    """Fill the op's table for `key` = (bucket, n, k, device), once (gemmforge.ops.prepare)."""
+    from gemmforge.ops import prepare
+    with _lock:
+        if key in _prepared:
+            return
+        m, n, k, device = key
+        if m and n and k:
+            prepare((m, n, k, "nt", device), CUBLAS_RULE, caller="gemmforge.linear")
+        _prepared.add(key)
+
+
+def prepare_buckets(n: int, k: int, tokens, device: int = 0) -> None:
+    """Fill the table for the buckets of every token count in `tokens` at layer (n, k)."""
+    for t in tokens:
+        prepare_key((bucket(int(t)), n, k, device))
+
+
+def forget() -> None:
+    """Forget what was prepared (the op's table too): the next call of each bucket resolves
+    again (after a tune, say)."""
+    import torch
+    from gemmforge import ops
+    with _lock:
+        _prepared.clear()
+        ops._routes.clear()
+        torch.ops.gemmforge._forget_all()

@@ -1,0 +1,99 @@
+"""GPU tier: gemmforge.patch and torch.ops.gemmforge.linear on CUDA: a patched Linear equal to
+F.linear (fp32 reference) for every leading shape, with and without bias, at buckets served
+by a program of ours and by cuBLAS; a new m inside a prepared bucket builds nothing; CUDA
+graph capture and replay; torch.compile(fullgraph=True) with no graph break (run on the GPU
+machine)."""
+import pytest
+
+from .correctness import relative_error, tolerance
+
+pytestmark = pytest.mark.gpu
+
+# (n, k) with shipped nt rows on the H200 at m = 1 and 16 (a program of ours there), and
+# one without any (cuBLAS)
+LAYERS = [(4096, 4096), (4096, 14336), (1000, 1024)]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+    from gemmforge.torch_op import load_op
+    load_op()
+    return torch
+
+
+def _layer(torch, n, k, bias):
+    layer = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.float16)
+    torch.nn.init.normal_(layer.weight, std=k ** -0.5)
+    if bias:
+        torch.nn.init.normal_(layer.bias)
+    return layer
+
+
+def _check(torch, y, x, layer):
+    ref = torch.nn.functional.linear(x.float(), layer.weight.float(),
+                                     None if layer.bias is None else layer.bias.float())
+    assert y.shape == ref.shape and y.dtype == torch.float16
+    assert relative_error(y.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])) < \
+        tolerance(x.shape[-1], "f32")
+
+
+@pytest.mark.parametrize("n, k", LAYERS)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("lead", [(1,), (1, 16), (3, 5), (2, 77)])
+def test_a_patched_linear_equals_f_linear(torch, n, k, bias, lead):
+    import gemmforge
+    layer = _layer(torch, n, k, bias)
+    report = gemmforge.patch(layer)
+    assert report.routed == [""] or report.routed == []  # the module itself is the Linear
+    x = torch.randn(*lead, k, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        _check(torch, layer(x), x, layer)
+
+
+def test_a_new_m_inside_a_bucket_builds_nothing(torch, monkeypatch):
+    import gemmforge
+    from gemmforge import linears, ops
+    layer = _layer(torch, 4096, 4096, False)
+    gemmforge.patch(layer, tokens=[16])
+    builds = []
+    monkeypatch.setattr(ops, "_build", lambda *a: builds.append(a))
+    with torch.no_grad():
+        for m in (9, 12, 15, 16):
+            x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+            _check(torch, layer(x), x, layer)
+    assert builds == [] and (16, 4096, 4096, 0) in linears._prepared
+
+
+def test_cuda_graph_capture_and_replay(torch):
+    import gemmforge
+    layer = _layer(torch, 4096, 4096, True)
+    gemmforge.patch(layer, tokens=[1])
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.stream(stream):
+        layer(x)
+        with torch.cuda.graph(graph, stream=stream):
+            y = layer(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(torch, y, x, layer)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(torch, dynamic):
+    import gemmforge
+    model = torch.nn.Sequential(_layer(torch, 4096, 4096, False), torch.nn.ReLU(),
+                                _layer(torch, 4096, 4096, True))
+    gemmforge.patch(model, tokens=[1, 16, 64])
+    compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
+    with torch.no_grad():
+        for m in (1, 16, 40):
+            x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+            y = compiled(x)
+            ref = model[2](model[1](model[0](x)))
+            assert relative_error(y, ref.float()) < 1e-2
