@@ -6,25 +6,30 @@
     y = model(x)                                  # eager, CUDA-graph captured or torch.compile'd
     gemmforge.unpatch(model)                      # the stock forward back
 
-A patched layer's forward is `gemmforge.linears.linear(x, self.weight, self.bias)`: the C++ op
-launches the program chosen for the call's token bucket, or calls cuBLAS (at::linear) where
-no program of ours measured faster at that shape. Nothing else changes: the parameters, the
+A patched layer's forward is `torch.ops.gemmforge.linear(x, self.weight, self.bias)`, nothing
+more, so its host cost is nn.Linear's: the C++ op launches the program registered for the
+call's token bucket, or calls cuBLAS (at::linear) where no program of ours measured faster at
+that shape, or for a bucket not prepared. `patch` prepares the buckets of `tokens` (default:
+every power of two up to MAX_TOKENS) for each routed (n, k) before it returns: it resolves
+each bucket's program, builds it (artifact cache: once per machine) and registers it. Nothing else changes: the parameters, the
 state dict, hooks and the module tree stay as they were (the forward is set on the instance
 and removed again by `unpatch`). Eligible: a CUDA fp16 weight of shape (n, k), contiguous and
 16-byte aligned, with k and n multiples of 8 (TMA rows) and an fp16 bias or none. Every other
-layer stays on F.linear, listed once in the report, never warned per call. `tokens` prepares
-those token counts' buckets now (builds included), as CUDA-graph capture and torch.compile
-need; without it, each bucket is prepared on its first eager call.
+layer stays on F.linear, listed once in the report, never warned per call. Where autograd
+records (training), the op is at::linear itself.
 """
 from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
 
-from gemmforge.linears import linear, prepare_buckets
+from gemmforge.linears import prepare_buckets
 
 ALIGN = 8  # elements: TMA wants 16-byte rows, 8 fp16 values
+MAX_TOKENS = 16384
+DEFAULT_TOKENS = tuple(1 << i for i in range(MAX_TOKENS.bit_length()))  # 1, 2, 4, ..., 16384
 _MARK = "_gemmforge_patched"
+_op = []  # [torch.ops.gemmforge.linear.default] once loaded
 
 
 @dataclass
@@ -66,10 +71,10 @@ def ineligible(layer) -> str | None:
     return None
 
 
-def patch(model, tokens=()) -> PatchReport:
+def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
     """Route `model`'s eligible nn.Linear layers through gemmforge (module doc); returns the
     report. A layer already patched is left as it is; `tokens`: token counts whose buckets
-    are prepared now, for every routed (n, k)."""
+    are prepared for every routed (n, k) (a count outside them runs cuBLAS)."""
     import torch
     from gemmforge.ops import _op_ready
     if not isinstance(model, torch.nn.Module):
@@ -88,11 +93,13 @@ def patch(model, tokens=()) -> PatchReport:
         if why is not None:
             report.kept[name or "(model)"] = why
             continue
+        if not _op:
+            _op.append(torch.ops.gemmforge.linear.default)
         layer.forward = types.MethodType(_forward, layer)
         setattr(layer, _MARK, True)
         report.routed.append(name)
         report.shapes.add((*layer.weight.shape, layer.weight.device.index or 0))
-    for n, k, device in sorted(report.shapes) if tokens else ():
+    for n, k, device in sorted(report.shapes):
         prepare_buckets(n, k, tokens, device)
     report.shapes = {(n, k) for n, k, _ in report.shapes}
     return report
@@ -110,7 +117,7 @@ def unpatch(model) -> int:
 
 
 def _forward(self, x):
-    return linear(x, self.weight, self.bias)
+    return _op[0](x, self.weight, self.bias)
 
 
 def _checked_tokens(tokens) -> tuple[int, ...]:

@@ -175,9 +175,12 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
         won = _cublas_won(problem, device_class, shipped_path)
         if won is not None:
             return won
-    choice = _resolve(problem, arch, device_class, tuned_url=tuned_url, shipped_path=shipped_path,
-                      use_tuned=use_tuned, max_distance=max_distance, exclude=exclude, rule=rule,
-                      model=model)
+    if cublas == "unmeasured":  # only an exact record can serve: look at nothing else
+        choice = _exact(problem, arch, device_class, tuned_url, shipped_path, use_tuned, exclude)
+    else:
+        choice = _resolve(problem, arch, device_class, tuned_url=tuned_url,
+                          shipped_path=shipped_path, use_tuned=use_tuned,
+                          max_distance=max_distance, exclude=exclude, rule=rule, model=model)
     choice = _cublas_rule(choice, cublas)
     from gemmforge.compiler.knobs import knobs
     return choice if knobs().pdl or choice.cublas else without_pdl(choice)
@@ -200,9 +203,22 @@ def _cublas_won(problem: Problem, device_class: str | None, shipped_path) -> Cho
     return None
 
 
+def _exact(problem: Problem, arch: Arch, device_class: str | None, tuned_url, shipped_path,
+           use_tuned: bool, exclude: frozenset) -> Choice:
+    """The record measured at `problem` itself (tuned before shipped, the device's own class
+    first), or cuBLAS where there is none."""
+    classes = lookup_classes(device_class) if device_class else ()
+    found = [*(_tuned(problem, arch, classes, 0.0, tuned_url) if use_tuned else []),
+             *shipped_candidates(problem, arch, classes, _book(shipped_path), 0.0, exclude)]
+    found = [c for c in found if c.program.backend not in exclude]
+    if not found:
+        return Choice(None, "cublas", why="no program was measured at this shape")
+    return pick(problem, found, classes, "nearest")
+
+
 def _cublas_rule(choice: Choice, rule: str) -> Choice:
     """`choice`, or cuBLAS where `rule` says (resolve's doc)."""
-    if rule == "never":
+    if rule == "never" or choice.cublas:
         return choice
     if choice.ratio is not None and choice.ratio < 1.0:
         return replace(choice, program=None, source="cublas",

@@ -70,14 +70,14 @@ def test_patch_routes_eligible_layers_and_unpatch_restores_them(op, monkeypatch)
     x = torch.randn(2, 5, 64)
     expected = model(x)
     keys = list(model.state_dict())
-    report = gemmforge.patch(model)
+    report = gemmforge.patch(model, tokens=())  # no bucket prepared: the op calls at::linear
     assert report.routed == ["up", "down"] and list(report.kept) == ["odd"]
     assert report.shapes == {(128, 64), (64, 128)}
     assert "weight not on a CUDA device" in report.kept["odd"]
     assert "forward" in vars(model.up) and "forward" not in vars(model.odd)
     assert torch.allclose(model(x), expected, atol=1e-6)
     assert list(model.state_dict()) == keys
-    assert gemmforge.patch(model).routed == []  # already patched: left as is
+    assert gemmforge.patch(model, tokens=()).routed == []  # already patched: left as is
     assert gemmforge.unpatch(model) == 2
     assert "forward" not in vars(model.up) and gemmforge.unpatch(model) == 0
 
@@ -107,7 +107,7 @@ def test_a_patched_model_compiles_with_fullgraph(op, monkeypatch):
     model = Block()
     x = torch.randn(4, 64)
     expected = model(x)
-    gemmforge.patch(model)
+    gemmforge.patch(model, tokens=())
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
         assert torch.allclose(compiled(x), expected, atol=1e-6)

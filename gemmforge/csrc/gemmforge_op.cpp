@@ -21,6 +21,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -216,6 +218,16 @@ at::Tensor linear_other(const at::Tensor& x, const at::Tensor& w, const c10::opt
 
 at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); }
 
+// The Autograd key's linear: where autograd records, at::linear itself (its backward is
+// ATen's); otherwise straight to the device's kernel below autograd, with no second dispatch.
+at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+  const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
+  if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || bias_grad))
+    return at::linear(x, w, bias);
+  at::AutoDispatchBelowADInplaceOrView below;
+  return x.is_cuda() ? linear_cuda(x, w, bias) : at::linear(x, w, bias);
+}
+
 // Register (bucket of m, n, k, layout, device). launch / launch_bias: C entry addresses, 0 for
 // "cuBLAS serves it" (both 0: the bucket is cuBLAS's). `m` may be any m of the bucket.
 void register_kernel(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device,
@@ -269,6 +281,7 @@ TORCH_LIBRARY_IMPL(gemmforge, CPU, lib) {
   lib.impl("mm", &mm_other);
   lib.impl("linear", &linear_other);
 }
+TORCH_LIBRARY_IMPL(gemmforge, Autograd, lib) { lib.impl("linear", &linear_autograd); }
 TORCH_LIBRARY_IMPL(gemmforge, Meta, lib) {
   lib.impl("mm", &mm_meta);
   lib.impl("linear", &linear_other);

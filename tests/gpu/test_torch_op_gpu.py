@@ -111,7 +111,7 @@ def test_what_the_op_cant_serve_goes_to_torch_matmul(torch, case, capfd):
     elif case == "batched":
         a = torch.stack([a, a])
     elif case == "unregistered":
-        a = a[: m - 8].contiguous()
+        a = a[: m // 2 - 8].contiguous()  # another token bucket
     out = torch.ops.gemmforge.mm(a, b)
     ref = torch.matmul(a.float(), b.float())
     assert out.shape == ref.shape and relative_error(out, ref) < tolerance(k, "f32")
