@@ -59,8 +59,22 @@ def load_op():
             except Exception as e:  # a compiler, ninja or loader failure: say which, once
                 _state["error"] = f"torch.ops.gemmforge could not be built: {type(e).__name__}: {e}"
                 raise OpUnavailable(_state["error"]) from e
+            _register_fake_linear()
             _state["loaded"] = True
     return torch.ops.gemmforge.mm
+
+
+def _register_fake_linear() -> None:
+    """The fake-tensor (and meta) kernel of gemmforge::linear, symbolic sizes included, so
+    torch.compile traces it with static or dynamic token counts."""
+    import torch
+    if getattr(torch.ops.gemmforge.linear.default, "_gemmforge_fake", False):
+        return
+
+    @torch.library.register_fake("gemmforge::linear")
+    def _(x, w, bias=None):
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+    torch.ops.gemmforge.linear.default._gemmforge_fake = True
 
 
 def _build_and_load() -> None:

@@ -23,6 +23,7 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -219,13 +220,18 @@ at::Tensor linear_other(const at::Tensor& x, const at::Tensor& w, const c10::opt
 at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); }
 
 // The Autograd key's linear: where autograd records, at::linear itself (its backward is
-// ATen's); otherwise straight to the device's kernel below autograd, with no second dispatch.
-at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+// ATen's); otherwise the kernels below autograd (the device's, or under torch.compile the
+// fake-tensor one that gemmforge.torch_op registers).
+at::Tensor linear_autograd(c10::DispatchKeySet keys, const at::Tensor& x, const at::Tensor& w,
+                           const c10::optional<at::Tensor>& bias) {
   const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
   if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || bias_grad))
     return at::linear(x, w, bias);
+  static const auto op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("gemmforge::linear", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&)>();
   at::AutoDispatchBelowADInplaceOrView below;
-  return x.is_cuda() ? linear_cuda(x, w, bias) : at::linear(x, w, bias);
+  return op.redispatch(keys & c10::after_autograd_keyset, x, w, bias);
 }
 
 // Register (bucket of m, n, k, layout, device). launch / launch_bias: C entry addresses, 0 for
@@ -282,7 +288,4 @@ TORCH_LIBRARY_IMPL(gemmforge, CPU, lib) {
   lib.impl("linear", &linear_other);
 }
 TORCH_LIBRARY_IMPL(gemmforge, Autograd, lib) { lib.impl("linear", &linear_autograd); }
-TORCH_LIBRARY_IMPL(gemmforge, Meta, lib) {
-  lib.impl("mm", &mm_meta);
-  lib.impl("linear", &linear_other);
-}
+TORCH_LIBRARY_IMPL(gemmforge, Meta, lib) { lib.impl("mm", &mm_meta); }
