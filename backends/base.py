@@ -62,7 +62,7 @@ class Backend(ABC):
 
     def unavailable(self) -> str | None:
         """Why this backend can't build on this machine (headers or a toolchain it needs
-        are not installed); None when it can. search.choice skips shipped and tuned
+        are not installed); None when it can. dispatch.choice skips shipped and tuned
         programs of such a backend rather than fail the user's call."""
         return None
 

@@ -4,7 +4,7 @@ its shape.
     python3 benchmarks/check_shipped.py [--shipped PATH] [--device-class h100] \
         [--backend NAME] [--changed-since OLD.json] [--report-dir DIR] [--name shipped_check_h100]
 
-For each shipped row of the GPU's device class (search.devices; --device-class to choose):
+For each shipped row of the GPU's device class (dispatch.devices; --device-class to choose):
 the program is built (in parallel) and run at its shape through the measuring path
 (search.measure): the correctness gate before timing (random inputs against an fp32
 reference, plus the {0,1} exact check where k <= 2048), one short timing round, and the
@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from gemmforge.search.campaign_runners import GridRunner
-from gemmforge.search.devices import device_class
+from gemmforge.dispatch.devices import device_class
 from gemmforge.search.records import BenchSettings
 from gemmforge.search.report import write_csv
-from gemmforge.search.shipped import DEFAULT_PATH, read
+from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
 CHECK_BENCH = BenchSettings(protocols=("kernel",), rounds=1, warmup=1, warm_rounds=0,
                             graph_us=200.0)

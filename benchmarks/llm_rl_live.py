@@ -6,7 +6,7 @@ best (the shipped program at each held-out grid shape), instead of replayed.
 
 The proposals file (written by benchmarks/llm_rl.py) holds, per held-out shape, a line
 `# shape MxNxK LAYOUT ACC` and the policy's distinct legal programs there. Per shape, those
-programs and the shipped program of this GPU's device class (search.shipped: the grid
+programs and the shipped program of this GPU's device class (dispatch.shipped: the grid
 campaign's confirmed winner, the tuned best) are timed in one group beside cuBLAS (kernel
 protocol, L2 warm, re-gated after timing: search.campaign_runners). Writes
 <report-dir>/<name>.csv (role proposal or shipped, and the shape's best proposal over the
@@ -45,8 +45,8 @@ def read_proposals(path: Path) -> dict:
 
 def main(argv=None) -> int:
     from gemmforge.search.campaign_runners import GridRunner
-    from gemmforge.search.devices import device_class
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.devices import device_class
+    from gemmforge.dispatch.shipped import shipped
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--proposals", type=Path, default=DEFAULT)
     ap.add_argument("--rounds", type=int, default=10)

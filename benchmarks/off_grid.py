@@ -1,15 +1,15 @@
 """Issue 21's off-grid target: the program a user gets for a shape off the grid (the shipped
-file's nearest shape, search.choice) against what tuning that shape itself finds.
+file's nearest shape, dispatch.choice) against what tuning that shape itself finds.
 
     gemmforge campaign --storage off_grid_h100.db --shapes @benchmarks/shapes/off_grid_models.txt \
         --search-budget 0 --portfolio ...                  # tune the shapes themselves (GPU)
     python3 benchmarks/off_grid.py --storage off_grid_h100.db [--rounds 10] \
         [--report-dir DIR] [--name off_grid_h100] [--tuned [URL]] [--rule learned]
 
-Per shape of the campaign in --storage: `resolved` is search.choice.resolve's program for
+Per shape of the campaign in --storage: `resolved` is dispatch.choice.resolve's program for
 this GPU's device class from the shipped file alone (where no shipped row is exact, the
-shipped program that search.ranker's model ranks first among those usable at the shape,
-the resolver's default rule `learned`; `--rule waves` the wave rule, search.waves; with
+shipped program that dispatch.ranker's model ranks first among those usable at the shape,
+the resolver's default rule `learned`; `--rule waves` the wave rule, dispatch.waves; with
 no shipped row within an octave, the heuristic's; with `--tuned`, the user's tuned
 database at URL, default the tuner's storage, comes first, as `matmul` reads it: so after
 `gemmforge tune --quick` the quick tune's winners are measured against the campaign's),
@@ -33,8 +33,8 @@ from gemmforge.ir.program import Arch
 from gemmforge.search.campaign import CONFIRM_BENCH, Campaign
 from gemmforge.search.campaign_runners import GridRunner
 from gemmforge.search.campaign_store import CampaignStore
-from gemmforge.search.choice import DEFAULT_RULE, RULES, resolve
-from gemmforge.search.devices import device_class
+from gemmforge.dispatch.choice import DEFAULT_RULE, RULES, resolve
+from gemmforge.dispatch.devices import device_class
 from gemmforge.search.report import write_csv
 from gemmforge.search.shapes import parse_shapes
 
@@ -45,7 +45,7 @@ def pairs(store: CampaignStore, cls: str, tuned_url: str | None = None,
           rule: str = DEFAULT_RULE) -> list:
     """(problem, resolved Choice, tuned Result) for each confirmed shape of the store;
     `tuned_url` (None: the shipped file alone; "": the tuner's default storage) is the
-    tuned database the resolver reads first, `rule` the resolver's rule (search.choice)."""
+    tuned database the resolver reads first, `rule` the resolver's rule (dispatch.choice)."""
     options = store.get("options") or {}
     problems = parse_shapes(options.get("shapes", "grid"), options.get("layout", "nn"),
                             options.get("acc", "f32"))

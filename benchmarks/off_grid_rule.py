@@ -3,15 +3,15 @@ recorded GPU measurements (no GPU; nothing is timed here).
 
     python3 benchmarks/off_grid_rule.py --off-grid .carry/campaign/off_grid_h100.db \
         --grid .carry/campaign/rerun_h100.db [--device-class h100] [--csv off_grid_rule.csv] \
-        [--reach 1.0] [--model search/data/ranker_h100.json] [--folds 5]
+        [--reach 1.0] [--model dispatch/data/ranker_h100.json] [--folds 5]
     python3 benchmarks/off_grid_rule.py --grid .carry/campaign/small_nt_h100.db \
         --grid .carry/campaign/llm_nt_h100.db          # layout nt: leave-one-out over both
 
-Three rules of search.choice: `nearest` (the nearest shipped shape's program within one
+Three rules of dispatch.choice: `nearest` (the nearest shipped shape's program within one
 octave, the rule before the wave rule), `waves` (every shipped neighbour within one
-octave, its measured time carried to the shape by its waves of tiles, search.waves; the
+octave, its measured time carried to the shape by its waves of tiles, dispatch.waves; the
 shortest predicted time wins) and `learned` (every distinct shipped program of the class
-usable at the shape, ranked by search.ranker's model; where the wave rule's pick is not a
+usable at the shape, ranked by dispatch.ranker's model; where the wave rule's pick is not a
 shipped neighbour, that pick). A pick is scored at a shape by the campaign store's portfolio
 pass there (every program of a shape timed in one group beside cuBLAS, one reading each,
 kernel protocol): the pick's recorded cuBLAS ratio over the best recorded ratio of that pass
@@ -20,20 +20,20 @@ pass did not time is counted as untimed, never given a value; a pick that failed
 scores 0.
 
   (a) off grid: each shape of --off-grid (30 model shapes, ~90 programs each), resolved
-      from the package's shipped file as `matmul` would (search.choice.resolve, shipped
+      from the package's shipped file as `matmul` would (dispatch.choice.resolve, shipped
       file alone; the learned rule with --model, default the package's model file of the
       shapes' layout);
   (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~130
       programs a shape; repeated, several stores read as one, as search.ranker_train does:
       the nt stores) with a shipped row of the class, resolved from the shipped file
-      without that shape's rows (search.choice.shipped_candidates, else the heuristic's);
+      without that shape's rows (dispatch.choice.shipped_candidates, else the heuristic's);
       the learned rule's model trained on --grid without the shape's fold (--folds
       grouped folds of shapes, search.ranker_train.fold_models: five models trained here,
       minutes of CPU).
 
 Prints per evaluation and rule: shapes, picks timed (coverage), geomean of the fraction,
 how many reach 0.95, and the same on the shapes where every rule's pick was timed.
-`--reach` replaces the resolver's one octave (search.choice.MAX_DISTANCE) for every rule.
+`--reach` replaces the resolver's one octave (dispatch.choice.MAX_DISTANCE) for every rule.
 """
 from __future__ import annotations
 
@@ -45,12 +45,12 @@ import sys
 from pathlib import Path
 
 from gemmforge.ir.program import Arch
-from gemmforge.search import ranker
-from gemmforge.search.choice import (MAX_DISTANCE, RULES, learned_pick, pick, resolve,
+from gemmforge.dispatch import ranker
+from gemmforge.dispatch.choice import (MAX_DISTANCE, RULES, learned_pick, pick, resolve,
                                      shipped_candidates)
-from gemmforge.search.devices import lookup_classes, multiprocessors
+from gemmforge.dispatch.devices import lookup_classes, multiprocessors
 from gemmforge.search.ranker_train import dataset, fold_models, merged_readings, model_json
-from gemmforge.search.shipped import ShippedFile, shipped
+from gemmforge.dispatch.shipped import ShippedFile, shipped
 
 TARGET = 0.95
 ARCH = Arch.SM90A
@@ -98,7 +98,7 @@ def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE,
 
 
 def _fold_rankers(readings: dict, cls: str, folds: int, seed: int) -> dict:
-    """{problem: the search.ranker.Ranker trained without its fold}, through the file form."""
+    """{problem: the dispatch.ranker.Ranker trained without its fold}, through the file form."""
     data = dataset(readings, multiprocessors(cls))
     layout = str(data[5][0].layout)
     out = {}

@@ -4,7 +4,7 @@ smallest grid shapes, paired in one process.
     python3 benchmarks/op_call_gpu.py [--count 50] [--rounds 200] [--enqueue 1000] \
         [--report-dir DIR] [--name op_call_h100]
 
-Per shape: the program gemmforge.matmul resolves (search.choice: tuned, shipped or the
+Per shape: the program gemmforge.matmul resolves (dispatch.choice: tuned, shipped or the
 heuristic's; the line says which) is built (in parallel, before any timing) and registered
 with the op by one gemmforge.matmul call; the op's output is checked against an fp32
 reference. Then, interleaved round by round in a fresh order each round:

@@ -1,4 +1,4 @@
-"""Draw off-grid training shapes for the learned rule's model (search.ranker).
+"""Draw off-grid training shapes for the learned rule's model (dispatch.ranker).
 
     python3 benchmarks/ragged_shapes.py --count 150 --seed 21 > benchmarks/shapes/ragged_train.txt
     python3 benchmarks/ragged_shapes.py --count 150 --skip 150 --seed 21 > benchmarks/shapes/ragged_train_b.txt

@@ -1,7 +1,7 @@
 """The shipped file in one table: per (device class, layout), geomeans of cuBLAS time / our
 time over its rows, with each row's figures from the confirmation that chose it.
 
-    python3 benchmarks/shipped_summary.py [--shipped search/data/shipped.json]
+    python3 benchmarks/shipped_summary.py [--shipped dispatch/data/shipped.json]
 
 Columns: rows; kernel time with L2 warm and with L2 cold (rotated operands); each launch
 after another kernel (the after protocol, over the rows whose confirmation measured it);

@@ -113,7 +113,7 @@ def winners(reports: list[Path], before: Path) -> dict[str, int]:
     from gemmforge.backends import registry
     from gemmforge.ir.program import Arch, Layout, Problem
     from gemmforge.policy.heuristic import wave_fit_programs
-    from gemmforge.search.devices import device_class
+    from gemmforge.dispatch.devices import device_class
     from gemmforge.search.report import read_csv
     old = {(r["device_class"], r["layout"], r["m"], r["n"], r["k"]): r["program"]
            for r in json.loads(before.read_text())["rows"]}

@@ -17,11 +17,11 @@ from gemmforge.ir.verify import VerifyError, verify
 def choose_program(problem: Problem, arch: Arch, program: Program | None = None,
                    device_class: str | None = None):
     """(program, where it came from as one line): `program` if given (checked against
-    `arch`), else search.choice's resolution for a device of `device_class` (default: the
-    arch's search.devices.DEFAULT_CLASS): tuned, shipped or the heuristic's."""
+    `arch`), else dispatch.choice's resolution for a device of `device_class` (default: the
+    arch's dispatch.devices.DEFAULT_CLASS): tuned, shipped or the heuristic's."""
     if program is None:
         from gemmforge.ops import choice_for
-        from gemmforge.search.devices import DEFAULT_CLASS
+        from gemmforge.dispatch.devices import DEFAULT_CLASS
         choice = choice_for(problem, arch, device_class or DEFAULT_CLASS[arch])
         return choice.program, choice.line()
     if program.arch != arch:

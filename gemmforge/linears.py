@@ -7,7 +7,7 @@ The call goes to the C++ op `torch.ops.gemmforge.linear` (gemmforge.torch_op), w
 program registered there, or calls at::linear (cuBLASLt, bias fused) where the table says
 cuBLAS or holds nothing. The first call of a bucket fills the table (`prepare`): the program
 resolved at the bucket's top m, only where it was measured at that very shape and read
-faster than cuBLAS there (search.choice, cublas="unmeasured"); anything else is cuBLAS's.
+faster than cuBLAS there (dispatch.choice, cublas="unmeasured"); anything else is cuBLAS's.
 So a bucket never runs a program slower than cuBLAS by its own record, and a new m inside a
 prepared bucket costs no build. Under torch.compile the op is traced as is: prepare the
 buckets first (`prepare_buckets`, or `patch(model, tokens=...)`); a bucket not prepared runs
@@ -22,7 +22,7 @@ from gemmforge.torch_op import bucket
 _prepared: set[tuple] = set()  # (bucket, n, k, device) whose table entry is filled
 _lock = threading.Lock()
 CUBLAS_RULE = "unmeasured"
-"""search.choice's cuBLAS rule for linear layers: a program of ours serves a bucket only where
+"""dispatch.choice's cuBLAS rule for linear layers: a program of ours serves a bucket only where
 a record measured it at that shape and it read faster than cuBLAS there. Off the measured
 shapes, a neighbour's program read 0.94x cuBLAS over 30 model layer shapes (after another
 kernel, on an H200: docs/model_path.md), so the rule gives those to cuBLAS until `gemmforge

@@ -1,17 +1,17 @@
 """`matmul(a, b)`: a drop-in fp16 GEMM that runs the best known gemmforge kernel.
 
 Programs are chosen per token bucket: for (bucket of m, n, k, layout, device), the bucket
-being the power of two at or above m (torch_op.bucket), search.choice resolves the program
+being the power of two at or above m (torch_op.bucket), dispatch.choice resolves the program
 at the bucket's top m (the user's tuned database, then the shipped file, by device class and
 nearest legal shape within a distance limit, else the heuristic's), builds it once
 (artifact cache) and keeps the loaded kernel; every m of the bucket runs it (the kernels
 take m at run time), so a new m costs no build. Where a record says cuBLAS won the shape, or
-the chosen program's own record reads slower than cuBLAS, cuBLAS serves (search.choice,
+the chosen program's own record reads slower than cuBLAS, cuBLAS serves (dispatch.choice,
 cublas="slower"). With an fp32 accumulator and no `out`, the call goes through the C++
 operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's launch entry (or its
 cuBLAS mark) is registered there on the bucket's first call, and later calls cost a
 dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped, below
-OP_HOST_BOUND_FLOPS, for the best program of another backend (search.choice.resolve with
+OP_HOST_BOUND_FLOPS, for the best program of another backend (dispatch.choice.resolve with
 that backend excluded) that has one; above it, and for `acc="f16"`, `out=` and machines
 where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never tries), the Python
 Kernel runs.
@@ -46,20 +46,20 @@ def _arch_of(device_sm: int) -> Arch:
 
 
 def device_class_of(device_index: int) -> str | None:
-    """The device class (search.devices) of CUDA device `device_index`."""
+    """The device class (dispatch.devices) of CUDA device `device_index`."""
     cls = _classes.get(device_index, "")
     if cls == "":
         import torch
-        from gemmforge.search.devices import device_class
+        from gemmforge.dispatch.devices import device_class
         cls = _classes[device_index] = device_class(torch.cuda.get_device_name(device_index))
     return cls
 
 
 def choice_for(problem: Problem, arch: Arch, device_class: str | None, cublas: str = "never",
                exclude: frozenset = frozenset()):
-    """search.choice.resolve: the program for `problem` (or cuBLAS, as `cublas` says) and
+    """dispatch.choice.resolve: the program for `problem` (or cuBLAS, as `cublas` says) and
     where it came from."""
-    from gemmforge.search.choice import resolve
+    from gemmforge.dispatch.choice import resolve
     return resolve(problem, arch, device_class, cublas=cublas, exclude=exclude)
 
 
@@ -161,7 +161,7 @@ def device_sm(device_index: int) -> int:
 def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
             caller: str = "gemmforge.matmul"):
     """Fill the op's table for `key` = (bucket, n, k, layout, device): the program resolved at
-    the bucket's top m (search.choice, `cublas` its cuBLAS rule) built and registered; or a
+    the bucket's top m (dispatch.choice, `cublas` its cuBLAS rule) built and registered; or a
     cuBLAS mark where cuBLAS serves, the program has no C launch entry and no launchable
     alternative exists, or its build fails (one warning naming the shape). Returns None (the
     op serves every call of the bucket) or a Python Kernel (no C launch entry, and the

@@ -84,7 +84,7 @@ def shipped_rows(problems, device_class: str, device: str,
     """Rows for `problems` from the shipped file's `device_class` confirmations (regate
     "shipped": `gemmforge ship` refuses them, so they never ship twice), their command
     in the extra columns."""
-    from gemmforge.search.shipped import shipped as default_shipped
+    from gemmforge.dispatch.shipped import shipped as default_shipped
     shipped = shipped or default_shipped()
     out = []
     for problem in problems:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gemmforge.ir.program import OPT_IN_FIELDS, Arch, Problem, Program
-from gemmforge.search.devices import MULTIPROCESSORS
+from gemmforge.dispatch.devices import MULTIPROCESSORS
 
 LARGE_FLOPS = 1e11   # the large class (issue 4's 187 grid shapes): sustained load matters
 MEDIUM_FLOPS = 1e9   # below: a call is mostly launch and host time

@@ -3,11 +3,11 @@
     programs = neighbour_candidates(Problem(77, 4096, 4096), Arch.SM90A, "h100")
     outcomes = quick_tune(runner, problems, database, command="gemmforge tune --quick ...")
 
-A shape the shipped file lacks gets its nearest shipped shape's program (search.choice),
+A shape the shipped file lacks gets its nearest shipped shape's program (dispatch.choice),
 which reached only 0.868x of tuning the shape itself over 30 model layer shapes on an H100
 (benchmarks/NOTES.md, issue 21). Timing a handful of candidates at the shape closes most of
 that gap (0.974 replayed from the off-grid campaign's readings): the programs of the
-`shipped` nearest distinct shipped shapes (by search.choice.distance, within MAX_DISTANCE,
+`shipped` nearest distinct shipped shapes (by dispatch.choice.distance, within MAX_DISTANCE,
 usable at the shape), then the heuristic policy's top `per_backend` of each backend in
 QUICK_BACKENDS. They are timed in ONE group beside cuBLAS through a campaign runner's
 `measure_groups` (search.campaign_runners: the GPU's GridRunner re-gates every result after
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.search.choice import MAX_DISTANCE, distance, resolve, usable
-from gemmforge.search.devices import DEFAULT_CLASS, device_class, lookup_classes
+from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve, usable
+from gemmforge.dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
 from gemmforge.search.records import BenchSettings, Result
 from gemmforge.search.selection import selection_ratio
 
@@ -40,7 +40,7 @@ def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
                          shipped: int = SHIPPED, per_backend: int = PER_BACKEND, *,
                          backends: tuple[str, ...] = QUICK_BACKENDS, shipped_path=None,
                          max_distance: float = MAX_DISTANCE) -> list[Program]:
-    """Distinct programs usable at `problem` (search.choice.usable): the `shipped` nearest
+    """Distinct programs usable at `problem` (dispatch.choice.usable): the `shipped` nearest
     shipped shapes' programs for `device_class` (its own class before its siblings at equal
     distance, then the higher measured speedup), nearest first; then the heuristic's top
     `per_backend` of each of `backends` not already listed. With no class, or nothing
@@ -64,7 +64,7 @@ def _shipped_nearest(problem, arch, cls, path, limit) -> list[Program]:
     `problem`, in the order neighbour_candidates documents (duplicates kept)."""
     if not cls:
         return []
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.shipped import shipped
     book, classes = shipped(path), lookup_classes(cls)
     rows = []
     for rank, c in enumerate(classes):
@@ -94,7 +94,7 @@ class QuickOutcome:
 def lookup_class(runner, arch: Arch) -> tuple[str, bool]:
     """The device class to take shipped neighbours from, and whether it is the runner's
     own: the runner's device's class, else (a replayed or synthetic device) the arch's
-    default class (search.devices.DEFAULT_CLASS), whose rows then only seed the candidates."""
+    default class (dispatch.devices.DEFAULT_CLASS), whose rows then only seed the candidates."""
     cls = device_class(runner.device)
     return (cls, True) if cls else (DEFAULT_CLASS[arch], False)
 

@@ -1,15 +1,15 @@
-"""Train search.ranker's model on a campaign store's portfolio readings.
+"""Train dispatch.ranker's model on a campaign store's portfolio readings.
 
     python3 -m gemmforge.search.ranker_train --store .carry/campaign/rerun_h100.db \
         --store .carry/campaign/ragged_nn_h100.db --store .carry/campaign/ragged_nn_b_h100.db \
-        --out search/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
+        --out dispatch/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
     python3 -m gemmforge.search.ranker_train --store .carry/campaign/small_nt_h100.db \
         --store .carry/campaign/llm_nt_h100.db --store .carry/campaign/ragged_nt_h100.db \
-        --out search/data/ranker_h100_nt.json
+        --out dispatch/data/ranker_h100_nt.json
 
 A campaign's portfolio pass times every program of a shape in one group beside cuBLAS
 (search.campaign_store; one reading each, kernel protocol). Each reading that passed is one
-training row: the features of the program at the shape (search.ranker.features) and, as
+training row: the features of the program at the shape (dispatch.ranker.features) and, as
 the target, its log cuBLAS ratio minus the shape's best (the log of its fraction of what
 tuning the shape found, <= 0), weighted by exp(WEIGHT_SLOPE x target) so that the
 programs near a shape's best, the ones a ranking must order, count most. The model is
@@ -18,7 +18,7 @@ writes needs only numpy), seeded, its trees written out node by node.
 
 With --folds F > 1 it first scores the model F times, trained without one fold of shapes
 (grouped by shape) each time: at each held-out shape the program it ranks first among the
-store's programs seen at search.choice.min_trained_shapes() of its training shapes or more
+store's programs seen at dispatch.choice.min_trained_shapes() of its training shapes or more
 over the best reading there. That figure, with the command, the stores, rows and shapes, is
 recorded in the file ("trained"). benchmarks/off_grid_rule.py replays the resolver's rule
 with such fold models.
@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from gemmforge.ir.program import Problem
-from gemmforge.search import ranker
-from gemmforge.search.ranker import FEATURES, FORMAT, features
+from gemmforge.dispatch import ranker
+from gemmforge.dispatch.ranker import FEATURES, FORMAT, features
 
 WEIGHT_SLOPE = 4.0
 LEAF_SCALE = 1e-6  # a leaf's value is written as an integer count of these: the file stays small
@@ -136,10 +136,10 @@ def fold_models(data: tuple, count: int, seed: int, params: dict = PARAMS) -> li
 
 def validate(store: dict, data: tuple, models: list[tuple], sms: int) -> dict:
     """Per held-out shape, the fraction of its best reading that the fold model's first
-    choice reads, among the shape's timed programs seen at search.choice.min_trained_shapes()
+    choice reads, among the shape's timed programs seen at dispatch.choice.min_trained_shapes()
     of the fold's training shapes or more: their geomean, how many reach 0.95, shapes."""
     from gemmforge.ir.text import parse
-    from gemmforge.search.choice import min_trained_shapes
+    from gemmforge.dispatch.choice import min_trained_shapes
     shapes, fractions = data[5], []
     for model, held, seen, trained in models:
         floor = min_trained_shapes(trained)
@@ -158,7 +158,7 @@ def validate(store: dict, data: tuple, models: list[tuple], sms: int) -> dict:
 
 
 def trees_json(model, x: np.ndarray) -> tuple[float, list[list]]:
-    """(base, trees) of a fitted HistGradientBoostingRegressor in search.ranker's form (its
+    """(base, trees) of a fitted HistGradientBoostingRegressor in dispatch.ranker's form (its
     module doc): sklearn lays a tree's nodes out depth first, so a node's left child is the
     next node; leaf values (the learning rate already in them) in units of LEAF_SCALE;
     thresholds written short where that splits the rows `x` as the exact one does
@@ -199,7 +199,7 @@ def short_threshold(threshold: float, values: np.ndarray) -> float:
 
 def model_json(model, device_class: str, layout: str, programs: Counter,
                trained: dict, x: np.ndarray) -> dict:
-    """The model file's content (search.ranker's FORMAT); `x`: the rows its thresholds must
+    """The model file's content (dispatch.ranker's FORMAT); `x`: the rows its thresholds must
     split as scikit-learn's do (trees_json)."""
     base, trees = trees_json(model, x)
     return {"format": FORMAT, "device_class": device_class, "layout": layout,
@@ -208,7 +208,7 @@ def model_json(model, device_class: str, layout: str, programs: Counter,
 
 
 def main(argv=None) -> int:
-    from gemmforge.search.devices import multiprocessors
+    from gemmforge.dispatch.devices import multiprocessors
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, action="append",
                     help="a campaign store (sqlite file); repeat it to train on several")

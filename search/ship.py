@@ -1,4 +1,4 @@
-"""Build the shipped file (search.shipped) from confirmation CSVs (`gemmforge ship`).
+"""Build the shipped file (dispatch.shipped) from confirmation CSVs (`gemmforge ship`).
 
     gemmforge ship --from benchmarks/results/hopper_population_h100_v17_confirm_{a,b,c}.csv \
         --device-class h100 --command "python3 benchmarks/hopper_large.py --all ..."
@@ -35,9 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gemmforge.ir.program import IRError, Problem
-from gemmforge.search.devices import device_class
+from gemmforge.dispatch.devices import device_class
 from gemmforge.search.portfolio import shape_class
-from gemmforge.search.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
+from gemmforge.dispatch.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
 
 GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 """Columns that, where a CSV has them and they are not empty, must say the program passed

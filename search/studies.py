@@ -13,51 +13,19 @@ from __future__ import annotations
 import copy
 import os
 import socket
-import sqlite3
 import threading
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from gemmforge.dispatch.tuned import default_storage, engine_kwargs
 from gemmforge.ir.program import Problem
 from gemmforge.policy.reward import INVALID_REWARD
-
-DB_FILE = "tuning.db"
-SQLITE_TIMEOUT_S = 60
-
-
-def default_storage() -> str:
-    """$GEMMFORGE_TUNE_DB if set (an SQLAlchemy URL), else
-    sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
-    from gemmforge.compiler.knobs import knobs
-    url = knobs().tune_db
-    if url:
-        return url
-    import platformdirs
-    folder = Path(platformdirs.user_cache_dir("gemmforge"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / DB_FILE}"
-
 
 def study_name(device: str, problem: Problem) -> str:
     """"<device> | <problem text>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32"."""
     return f"{device} | {problem}"
-
-
-def engine_kwargs(url: str) -> dict:
-    """SQLAlchemy engine options: SQLite in WAL mode with a long lock timeout (several
-    processes write one file); a pre-ping for server databases."""
-    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
-        return {"pool_pre_ping": True} if not url.startswith("sqlite") else {}
-    path = url[len("sqlite:///"):]
-
-    def connect():
-        conn = sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-    return {"creator": connect}
 
 
 def open_storage(url: str | None = None, heartbeat_s: int = 30, grace_s: int = 120):

@@ -1,7 +1,7 @@
-"""A small shipped file for tests of the resolver's rules (search.choice, waves, ranker)."""
+"""A small shipped file for tests of the resolver's rules (dispatch.choice, waves, ranker)."""
 from __future__ import annotations
 
-from gemmforge.search.devices import device_class
+from gemmforge.dispatch.devices import device_class
 from gemmforge.search.ship import ship
 
 H100 = "NVIDIA H100 80GB HBM3"

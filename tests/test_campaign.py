@@ -199,7 +199,7 @@ def test_report_of_the_shipped_file_alone(tmp_path, capsys):
     import csv
     from gemmforge.cli import main
     from gemmforge.search.shapes import parse_shapes
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.shipped import shipped
     db = tmp_path / "c.db"
     assert main(["campaign", "--storage", str(db), "--shapes", "64x64x64", "--replay",
                  "synthetic", "--search-budget", "0", "--per-backend", "2", "--quiet"]) == 0
@@ -257,7 +257,7 @@ def test_report_fills_grid_shapes_from_the_shipped_file():
     from gemmforge.search.grid_report import shipped_rows
     from gemmforge.search.shapes import parse_shapes
     from gemmforge.search.ship import refusal
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.shipped import shipped
     large = parse_shapes("grid:large")
     rows = shipped_rows(large + parse_shapes("77x6144x4096"), "h100", "NVIDIA H100 80GB HBM3")
     assert len(rows) == sum(shipped().exact("h100", p) is not None for p in large) > 100

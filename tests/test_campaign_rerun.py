@@ -11,7 +11,7 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.search.portfolio import TWIN_FIELDS, Portfolio
-from gemmforge.search.shipped import shipped
+from gemmforge.dispatch.shipped import shipped
 
 ARCHS = (Arch.SM90A,)
 WGMMA = "cuda_wgmma sm_90a 64x64x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"

@@ -1,5 +1,5 @@
-"""search.choice: one resolver (tuned database > shipped file > heuristic) filtered by device
-class, with a distance limit; search.devices (the package's shipped file itself:
+"""dispatch.choice: one resolver (tuned database > shipped file > heuristic) filtered by device
+class, with a distance limit; dispatch.devices (the package's shipped file itself:
 test_shipped_file.py)."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
-from gemmforge.search.choice import MAX_DISTANCE, distance, resolve
+from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve
 from gemmforge.search.database import TunedDatabase
-from gemmforge.search.devices import check_class, device_class, lookup_classes
+from gemmforge.dispatch.devices import check_class, device_class, lookup_classes
 from gemmforge.search.records import Result
-from gemmforge.search.shipped import DEFAULT_PATH, read
+from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 from gemmforge.search.ship import ship
 
 WGMMA = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
@@ -129,7 +129,7 @@ def test_tuned_database_first_by_class_never_replayed(shipped_file, tmp_path):
 def test_runtime_path_needs_neither_optuna_nor_sqlalchemy():
     code = ("import sys; sys.modules['sqlalchemy'] = None; sys.modules['optuna'] = None\n"
             "from gemmforge.ir.program import Arch, Problem\n"
-            "from gemmforge.search.choice import resolve\n"
+            "from gemmforge.dispatch.choice import resolve\n"
             "c = resolve(Problem(8192, 8192, 8192), Arch.SM90A, 'h100')\n"
             "assert 'sqlalchemy' not in sys.modules or sys.modules['sqlalchemy'] is None\n"
             "print(c.provenance)")
@@ -213,7 +213,7 @@ def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatc
 def test_gemmforge_pdl_0_takes_pdl_off_the_program_chosen(monkeypatch):
     """GEMMFORGE_PDL=0: the resolved program runs without programmatic dependent launch (it
     pays only where the kernel before it lets it start early), and the line says so."""
-    from gemmforge.search.choice import resolve
+    from gemmforge.dispatch.choice import resolve
     problem = Problem(64, 64, 64)
     shipped = resolve(problem, Arch.SM90A, "h100")
     assert shipped.program.pdl and not shipped.pdl_dropped

@@ -3,12 +3,13 @@
 Walks the installed package (editable or not) with `ast`: every `import` and
 `from ... import`, at module level or inside a function, is an arrow from one file to
 another. Floors, from the bottom: ir -> compiler (the toolchain) -> backends -> policy ->
-search -> the face (gemmforge/__init__.py, ops, emit, cli). A file may import its own floor
+dispatch (picking a program at run time) -> search -> the face (gemmforge/__init__.py, ops, emit, cli). A file may import its own floor
 or those below; importing a package's parent (`gemmforge`) is implicit and not counted.
 """
 from __future__ import annotations
 
 import ast
+import os
 import importlib.metadata
 import importlib.util
 from pathlib import Path
@@ -17,8 +18,8 @@ import pytest
 
 import gemmforge
 
-FLOORS = {"ir": 0, "compiler": 1, "backends": 2, "policy": 3, "search": 4}
-FACE = 5
+FLOORS = {"ir": 0, "compiler": 1, "backends": 2, "policy": 3, "dispatch": 4, "search": 5}
+FACE = 6
 
 
 def floor(module: str) -> int:
@@ -155,3 +156,29 @@ def test_the_runtime_path_needs_neither_optuna_nor_sqlalchemy():
     done = subprocess.run([sys.executable, *SAFE_PATH, "-c", code], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_runtime_path_imports_nothing_of_search(tmp_path):
+    """Picking a program (ops, emit; the shipped file, the ranker, a tuned-database lookup)
+    loads dispatch and the floors below it, and no module of search (its measurement,
+    tuning, campaign and learning parts), nor optuna or scikit-learn."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "import gemmforge, gemmforge.ops, gemmforge.emit\n"
+            "from gemmforge.ir import Problem\n"
+            "from gemmforge.ir.program import Arch\n"
+            "choice = gemmforge.ops.choice_for(Problem(1000, 4096, 333), Arch.SM90A, 'h100')\n"
+            "assert choice.program is not None\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('gemmforge.'))\n"
+            "assert 'gemmforge.dispatch.choice' in loaded, loaded\n"
+            "assert 'gemmforge.dispatch.tuned' in loaded, loaded\n"
+            "bad = [m for m in loaded if m.split('.')[1] == 'search']\n"
+            "bad += [m for m in ('optuna', 'sklearn') if m in sys.modules]\n"
+            "print(' '.join(bad) or 'ok')\n")
+    from gemmforge.compiler.child import SAFE_PATH
+    env = {**os.environ, "GEMMFORGE_TUNE_DB": f"sqlite:///{tmp_path / 'none.db'}"}
+    done = subprocess.run([sys.executable, *SAFE_PATH, "-c", code], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok", "the runtime path loaded: " + done.stdout

@@ -11,7 +11,7 @@ from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.policy.heuristic import HeuristicPolicy
 from gemmforge.search.campaign_runners import ReplayGridRunner
-from gemmforge.search.choice import resolve, usable
+from gemmforge.dispatch.choice import resolve, usable
 from gemmforge.search.database import TunedDatabase
 from gemmforge.search.quick import QUICK_BACKENDS, STUDY, neighbour_candidates, quick_tune
 from gemmforge.search.replay import ReplayRunner

@@ -1,4 +1,4 @@
-"""search.ranker (the learned cost model) and the resolver's learned rule: the model file
+"""dispatch.ranker (the learned cost model) and the resolver's learned rule: the model file
 walks like the trees it was written from, a missing or broken file falls back to the wave
 rule, the rule serves only legal programs of allowed backends, and training works on a tiny
 store."""
@@ -12,8 +12,8 @@ import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
-from gemmforge.search import ranker
-from gemmforge.search.choice import MAX_DISTANCE, resolve
+from gemmforge.dispatch import ranker
+from gemmforge.dispatch.choice import MAX_DISTANCE, resolve
 from shipped_helpers import shipped_file as _shipped
 
 PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"
@@ -213,7 +213,7 @@ def test_each_layout_s_shapes_are_ranked_by_that_layout_s_model_file(tmp_path, m
 
 
 def test_a_small_model_ranks_programs_seen_at_an_eighth_of_its_shapes():
-    from gemmforge.search.choice import MIN_TRAINED_SHAPES, min_trained_shapes
+    from gemmforge.dispatch.choice import MIN_TRAINED_SHAPES, min_trained_shapes
     assert min_trained_shapes(None) == MIN_TRAINED_SHAPES == min_trained_shapes(813)
     assert min_trained_shapes(160) == 20 and min_trained_shapes(128) == 16
 
@@ -294,7 +294,7 @@ def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
     code = ("import sys\n"
             "for name in ('sklearn', 'torch', 'optuna', 'sqlalchemy'): sys.modules[name] = None\n"
             "from gemmforge.ir.program import Arch, Problem\n"
-            "from gemmforge.search.choice import DEFAULT_RULE, resolve\n"
+            "from gemmforge.dispatch.choice import DEFAULT_RULE, resolve\n"
             "c = resolve(Problem(77, 4096, 4096), Arch.SM90A, 'h100', use_tuned=False)\n"
             "print(DEFAULT_RULE, c.provenance, c.ranked is not None)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

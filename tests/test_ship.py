@@ -8,7 +8,7 @@ import pytest
 
 from gemmforge.cli import main
 from gemmforge.ir.program import Problem
-from gemmforge.search.shipped import FORMAT, read
+from gemmforge.dispatch.shipped import FORMAT, read
 from gemmforge.search.ship import ship
 
 A = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"

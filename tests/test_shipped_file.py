@@ -1,4 +1,4 @@
-"""The shipped file inside the package (search/data/shipped.json): every row legal at its
+"""The shipped file inside the package (dispatch/data/shipped.json): every row legal at its
 shape, each with the command that measured it on its GPU, the rows of each round where its
 shape lists say, and the geomeans README quotes."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from gemmforge.ir.verify import check
 from gemmforge.search.grid_report import geomean
-from gemmforge.search.shipped import DEFAULT_PATH, read
+from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
 SHAPES = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
 GEO_NN_H200 = 1.0532  # kernel-protocol geomean of the H200's 813 nn rows below 1e11, as shipped

@@ -129,7 +129,7 @@ def test_sample_legal_finds_cuda_wgmma_programs(shape):
 def test_every_shipped_program_lies_in_its_backends_space():
     """What ships was found by campaigns, some of it from hand-written lists; a tune must be
     able to find it again (the skinny decode programs' 256-deep k-tiles were once outside)."""
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.shipped import shipped
     by_space: dict = {}
     for row in shipped().rows:
         p = row.program

@@ -277,8 +277,8 @@ def test_token_buckets_are_the_powers_of_two_at_or_above_m():
 
 def test_resolve_can_leave_a_backend_out():
     from gemmforge.ir.program import Arch, Problem
-    from gemmforge.search.choice import resolve
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.choice import resolve
+    from gemmforge.dispatch.shipped import shipped
     triton_rows = [r.problem for r in shipped().rows
                    if r.device_class == "h100" and r.program.backend == "triton"
                    and r.problem.flops < 1e9]

@@ -1,4 +1,4 @@
-"""search.waves and the resolver's wave rule: among the shipped neighbours of a shape off the
+"""dispatch.waves and the resolver's wave rule: among the shipped neighbours of a shape off the
 grid, the program whose tiles waste least there (measured time carried over by waves)."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
-from gemmforge.search.choice import pick, resolve
-from gemmforge.search.devices import multiprocessors
-from gemmforge.search.waves import predicted_us, slot_work, waves
+from gemmforge.dispatch.choice import pick, resolve
+from gemmforge.dispatch.devices import multiprocessors
+from gemmforge.dispatch.waves import predicted_us, slot_work, waves
 from shipped_helpers import shipped_file as _shipped
 
 PINGPONG = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma"

@@ -7,7 +7,7 @@
 
 Each shape gets every `--program` (text, or @file with one per line) that verify accepts
 for it, plus, per `--backends` entry, the heuristic policy's first legal program for that
-backend, and with --chosen the program `matmul` would run (search.choice), printed with
+backend, and with --chosen the program `matmul` would run (dispatch.choice), printed with
 its source. Every candidate passes the correctness gate before its time counts; cuBLAS
 (torch.matmul, best of NN and TN) is timed in the same process. Writes
 <name>.csv and .png in the current directory (or `--report-dir`); a progress bar runs meanwhile.
@@ -76,9 +76,9 @@ def _twin_fields(text: str | None) -> tuple[str, ...]:
 
 def _chosen(problems, arch, runner) -> dict:
     """{problem: the program matmul would run on the runner's device}, printing for each
-    where it came from (search.choice)."""
-    from gemmforge.search.choice import resolve
-    from gemmforge.search.devices import device_class
+    where it came from (dispatch.choice)."""
+    from gemmforge.dispatch.choice import resolve
+    from gemmforge.dispatch.devices import device_class
     cls = device_class(runner.info().get("device"))
     out = {}
     for problem in problems:

@@ -20,7 +20,7 @@ so; --search-budget 0 confirms them without one), the ETA of the rest.
 A re-run starts from the shipped winners (`--incumbents shipped`: each shape's shipped
 program first, then its `--twins`, then the lists), so the confirmation weighs new kernels
 against the programs users run today; `--incumbents shipped+siblings` adds each sibling
-device class's shipped program (search.devices.SIBLINGS) after the own class's. The
+device class's shipped program (dispatch.devices.SIBLINGS) after the own class's. The
 incumbents are read from the shipped file when a run starts: ship the re-run's winners after
 it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
@@ -68,13 +68,13 @@ INCUMBENT_SOURCES = ("shipped", "shipped+siblings")
 def incumbents_from(options: dict, device: str) -> dict:
     """{problem: program text, or texts} for --incumbents. "shipped": the shipped file's row
     of `device`'s class (the store's device, else the runner's), where it has none for a
-    shape a sibling class's (search.devices.lookup_classes: an H200 run starts from the
+    shape a sibling class's (dispatch.devices.lookup_classes: an H200 run starts from the
     H100's winners). "shipped+siblings": the own class's row and each sibling class's, own
     first, once each (an H200 run weighs its own winner against the H100's). {} without the
     option."""
     from gemmforge.cli.common import UsageError
-    from gemmforge.search.devices import device_class, lookup_classes
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.devices import device_class, lookup_classes
+    from gemmforge.dispatch.shipped import shipped
     source = options["incumbents"]
     if not source:
         return {}
@@ -236,7 +236,7 @@ def _shipped_fill(store, problems, every: bool = False) -> list:
     """The shipped file's rows for the grid shapes outside the campaign (`every`: for all
     grid shapes) of the store's device class, layout and accumulator."""
     from gemmforge.cli.common import UsageError
-    from gemmforge.search.devices import device_class
+    from gemmforge.dispatch.devices import device_class
     from gemmforge.search.grid_report import shipped_rows
     from gemmforge.search.shapes import parse_shapes
     device = store.get("device", "")

@@ -46,7 +46,7 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 def storage_url(value: str | None) -> str:
     """The tuner's storage (and tuned database) URL: --storage `value`, else
     GEMMFORGE_TUNE_DB or the default SQLite file, checked to open (arguments.storage)."""
-    from gemmforge.search.studies import default_storage
+    from gemmforge.dispatch.tuned import default_storage
     if value is not None:
         return arguments.storage(value, "--storage")
     from gemmforge.compiler.knobs import knobs

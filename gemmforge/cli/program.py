@@ -31,7 +31,7 @@ def cmd_emit(args) -> int:
 
 
 def _device_class(value: str | None) -> str | None:
-    from gemmforge.search.devices import check_class
+    from gemmforge.dispatch.devices import check_class
     try:
         return check_class(value) if value else None
     except ValueError as e:

@@ -14,9 +14,9 @@ from gemmforge.cli.common import UsageError
 
 
 def cmd_ship(args) -> int:
-    from gemmforge.search.devices import check_class
+    from gemmforge.dispatch.devices import check_class
     from gemmforge.search.ship import ship
-    from gemmforge.search.shipped import DEFAULT_PATH
+    from gemmforge.dispatch.shipped import DEFAULT_PATH
     paths = [Path(p) for p in args.sources]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
@@ -75,5 +75,5 @@ def add_to(sub) -> None:
                         "protocol's alone (rows without it refused)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
-                                 "search/data/shipped.json)")
+                                 "dispatch/data/shipped.json)")
     s.set_defaults(run=cmd_ship)

@@ -123,7 +123,7 @@ def _triton_chosen(monkeypatch):
     pytest.importorskip("triton")
     from gemmforge import ops
     from gemmforge.ir import parse
-    from gemmforge.search.choice import Choice
+    from gemmforge.dispatch.choice import Choice
     import torch
     program = parse("triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct")
     real = ops.choice_for

@@ -34,7 +34,7 @@ differ in memory bandwidth, which moves the best program only for memory-bound s
 
 MULTIPROCESSORS: dict[str, int] = {"h100": 132, "h200": 132, "gh200": 132, "a100": 108}
 """Streaming multiprocessors per class (SXM boards): the wave size of a grid of CTAs, which
-search.waves uses to judge a neighbour's program at another shape."""
+dispatch.waves uses to judge a neighbour's program at another shape."""
 
 DEFAULT_CLASS: dict[Arch, str] = {Arch.SM90A: "h100", Arch.SM80: "a100"}
 """The class `gemmforge emit` looks up for an arch when no GPU or --device-class says."""

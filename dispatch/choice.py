@@ -5,11 +5,11 @@
     choice.provenance    # "tuned-exact" | "tuned-nearest" | "shipped-exact" | "shipped-nearest" | "heuristic"
     choice.line()        # "program: shipped-nearest (h100, distance 0.00 to 4096x4096x4096 nn f32, 1.05x cuBLAS)"
 
-Sources, both filtered by device class (search.devices: a device's own class, then the
+Sources, both filtered by device class (dispatch.devices: a device's own class, then the
 classes of the same die), layout, accumulator and the program's arch:
-  - the user's tuned database (search.database; consulted only when SQLAlchemy is importable
+  - the user's tuned database (dispatch.tuned; consulted only when SQLAlchemy is importable
     and the database exists; rows of replayed or synthetic runs have no class and never match);
-  - the shipped file inside the package (search.shipped; the standard library reads it).
+  - the shipped file inside the package (dispatch.shipped; the standard library reads it).
 Among the candidates whose program is legal for the problem (ir.verify.check) and whose
 shape lies within MAX_DISTANCE, the nearest wins; at equal distance the device's own class
 before a sibling's, the tuned database before the shipped file, then the higher measured
@@ -22,9 +22,9 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
   - "learned": every distinct shipped program of the class (of the arch, not of an excluded
     backend; those the model saw timed at min_trained_shapes() of its shapes or more, and the
     wave rule's pick), ranked at this shape by a learned cost model of the shape's layout
-    (search.ranker: gradient-boosted trees over the shape, the program's fields and its
+    (dispatch.ranker: gradient-boosted trees over the shape, the program's fields and its
     tiles' waves and padding here, trained on campaign portfolio readings, shipped as
-    search/data/ranker_h100.json for nn (the grid campaign and 300 random shapes off the
+    dispatch/data/ranker_h100.json for nn (the grid campaign and 300 random shapes off the
     grid) and ranker_h100_nt.json for nt (the nt sample and LLM campaigns and 150 random
     shapes), walked with numpy); the best ranked that is usable
     here wins, the wave rule's pick among equals. No model file for the layout (or one that
@@ -40,7 +40,7 @@ database), a rule picks among the shipped programs instead (`rule`, default DEFA
     pick 0.945-0.949 of the best reading there, the heuristic's 0.814-0.858.
   - "waves": ALL the shipped neighbours within MAX_DISTANCE of the nearest's device class
     (a sibling's rows were timed on another memory system), each one's measured kernel
-    time carried to this shape by its waves of tiles (search.waves.predicted_us:
+    time carried to this shape by its waves of tiles (dispatch.waves.predicted_us:
     ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
     time winning (ties: the nearest). The nearest neighbour's tile can leave a thin last
     row of tiles (m = 77 in 64-row tiles) or a second wave at this shape; a neighbour one
@@ -64,8 +64,8 @@ import math
 from dataclasses import dataclass, replace
 
 from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.search.devices import lookup_classes, multiprocessors
-from gemmforge.search.waves import predicted_us
+from gemmforge.dispatch.devices import lookup_classes, multiprocessors
+from gemmforge.dispatch.waves import predicted_us
 
 MAX_DISTANCE = 1.0
 """The farthest a measured shape may lie from the asked one (distance(), in octaves) for its
@@ -167,7 +167,7 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
     "unmeasured" also where the program was not measured at this very shape). `exclude`:
     backends whose programs may not serve (the torch op asks for one with a C launch entry);
     `rule`: how a shipped program is picked off the grid, one of RULES; `model`: the learned rule's
-    search.ranker.Ranker (None: the package's model file of the problem's layout).
+    dispatch.ranker.Ranker (None: the package's model file of the problem's layout).
     With GEMMFORGE_PDL=0 the program chosen runs without `pdl` (see without_pdl)."""
     if cublas not in CUBLAS_RULES:
         raise ValueError(f"cublas: {cublas!r} is not one of {', '.join(CUBLAS_RULES)}")
@@ -278,7 +278,7 @@ def pick(problem: Problem, found: list[Choice], classes: tuple[str, ...],
     """The candidate `resolve` serves among `found` (legal candidates within reach, of
     `classes`, best class first): the nearest (module doc); where that is a shipped
     neighbour and `rule` is "waves", the shipped neighbour of the nearest's device class with
-    the shortest predicted time at `problem` (search.waves), the nearest among equal ones."""
+    the shortest predicted time at `problem` (dispatch.waves), the nearest among equal ones."""
     if rule not in RULES:
         raise ValueError(f"rule: {rule!r} is not one of {', '.join(RULES)}")
     ranked = sorted(found, key=lambda c: (c.distance, classes.index(c.device_class),
@@ -298,18 +298,18 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
                  model=None, device_class: str | None = None) -> Choice:
     """The learned rule (module doc): where `fallback` (the wave rule's pick) is a shipped
     neighbour of the model's device class and layout, the distinct shipped program of that
-    class that `model` (None: search.ranker.load() of the problem's layout) ranks best among
+    class that `model` (None: dispatch.ranker.load() of the problem's layout) ranks best among
     those usable at `problem` (the fallback's program where the model ranks it first); where
     `fallback` is the heuristic's (no shipped neighbour within reach) and the model of
     `device_class` covers `problem` (Ranker.covers: inside its training shapes' range), the
     best ranked of that class's shipped programs; else, or with no model, `fallback`. A
-    model of a sibling class (search.devices.SIBLINGS: the same die and SM count) ranks a
+    model of a sibling class (dispatch.devices.SIBLINGS: the same die and SM count) ranks a
     class that has none of its own: an H200's rows are ranked by the H100's model."""
     far = fallback.source == "heuristic"
     if (fallback.source != "shipped" or fallback.distance == 0.0) and not far:
         return fallback
     cls = device_class if far else fallback.device_class
-    from gemmforge.search import ranker
+    from gemmforge.dispatch import ranker
     model = model if model is not None else ranker.load(layout=problem.layout.value)
     sms = multiprocessors(cls)
     if (model is None or sms is None or model.device_class not in lookup_classes(cls)
@@ -376,7 +376,7 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
     """Legal candidates from the user's tuned database, [] without SQLAlchemy or a database."""
     if not classes:
         return []
-    from gemmforge.search.database import tuned_candidates
+    from gemmforge.dispatch.tuned import tuned_candidates
     out = []
     for e, cls in tuned_candidates(problem, arch, classes, url):
         d = distance(problem, e.problem)
@@ -387,13 +387,13 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
 
 
 def _book(path):
-    from gemmforge.search.shipped import shipped
+    from gemmforge.dispatch.shipped import shipped
     return shipped(path)
 
 
 def shipped_candidates(problem: Problem, arch: Arch, classes: tuple[str, ...], book,
                        limit: float = MAX_DISTANCE, exclude=frozenset()) -> list[Choice]:
-    """Legal candidates from the shipped file `book` (search.shipped.ShippedFile): per class
+    """Legal candidates from the shipped file `book` (dispatch.shipped.ShippedFile): per class
     of `classes` its exact row if that is legal (and not of an `exclude`d backend), else its
     rows within `limit`."""
     out = []

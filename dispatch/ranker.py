@@ -3,13 +3,13 @@
     model = load()                                   # None: no model file, or unreadable
     model.scores(programs, Problem(77, 4096, 4096), sms=132)   # higher: predicted faster
 
-search.choice's "learned" rule ranks every distinct shipped program of a device class that
+dispatch.choice's "learned" rule ranks every distinct shipped program of a device class that
 is usable at a shape by this model and serves the best. The model predicts log(cuBLAS time
 / kernel time) of a program at a shape (its cuBLAS ratio; at one shape cuBLAS is common to
 every candidate, so the order is that of predicted kernel time) from the shape, the
 program's fields and quantities derived from both (features()): tiles, waves of tiles on the
 class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot work
-(search.waves) over the ideal, bytes moved per multiply-add. It was trained on campaign
+(dispatch.waves) over the ideal, bytes moved per multiply-add. It was trained on campaign
 portfolio readings (search.ranker_train: every program of a shape timed in one group beside
 cuBLAS): for nn the grid's and those of 300 random layer-like shapes off it (ragged token
 counts and model widths, which the grid's powers of two never show;
@@ -17,8 +17,8 @@ benchmarks/ragged_shapes.py), for nt the sample's, the LLM layers' and 150 such 
 on the shapes it is judged on off the grid.
 
 One model file per layout (a model is trained on one layout's store and refused at another's
-shapes): search/data/ranker_h100.json (nn) and ranker_h100_nt.json (nt, x @ W.t()); a
-layout without a file has no model (search.choice's learned rule is then the wave rule).
+shapes): dispatch/data/ranker_h100.json (nn) and ranker_h100_nt.json (nt, x @ W.t()); a
+layout without a file has no model (dispatch.choice's learned rule is then the wave rule).
 The model file is plain JSON, evaluated with numpy alone (no
 torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a list of nodes
 in depth-first order, plus the command that trained it and its validation figures:
@@ -142,7 +142,7 @@ class Ranker:
     def covers(self, problem: Problem) -> bool:
         """`problem`'s m, n and k each lie within the range of the training shapes' (the
         file's trained["box"]: {"m": [least, most], "n": ..., "k": ...}); False for a file
-        without one. search.choice ranks shipped programs with no neighbour near a shape
+        without one. dispatch.choice ranks shipped programs with no neighbour near a shape
         only where the model covers it."""
         box = self.trained.get("box")
         if not isinstance(box, dict):

@@ -1,8 +1,8 @@
 """The shipped file: the confirmed best program per (device class, layout, accumulator, shape).
 
-`search/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
+`dispatch/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
 have tuned programs on a fresh install (a user's own tuned database takes precedence:
-search.choice). It is plain JSON, read with the standard library only (no optuna, no
+dispatch.choice). It is plain JSON, read with the standard library only (no optuna, no
 SQLAlchemy), written by `gemmforge ship` (search.ship) from confirmation CSVs:
 
     {"format": "gemmforge-shipped/1",
@@ -156,7 +156,7 @@ def _row(r: dict, measurements: dict) -> ShippedRow:
 
 def default_path() -> Path | None:
     """The file the runtime reads: GEMMFORGE_SHIPPED if set ("none": None), else the
-    package's own search/data/shipped.json."""
+    package's own dispatch/data/shipped.json."""
     value = knobs().shipped
     if value:
         return None if value.lower() == "none" else Path(value).expanduser()
