@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from gemmforge.compiler.values import Artifact, Source, Target
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program, Reduction
 
 
@@ -23,6 +24,8 @@ class Backend(ABC):
       archs        -- archs it emits code for
       instruction  -- the matrix instruction it is built on (named in verify errors)
       mma_shape    -- (m, n, k) one warp (or warpgroup) instruction covers; tiles divide by it
+      mma_family   -- the instruction family (ir.arch.MmaFamily) it runs on its newest arch
+                      (ir.arch.mma_family_on: wgmma falls back to mma.sync where absent)
       unit_threads -- threads per entry of Program.warps (32 warps, 128 warpgroups)
       allowed      -- Program field -> the values this backend accepts, where restricted;
                       a field listed with a single value is one the backend ignores.
@@ -42,6 +45,7 @@ class Backend(ABC):
     archs: ClassVar[frozenset[Arch]]
     instruction: ClassVar[str]
     mma_shape: ClassVar[tuple[int, int, int]]
+    mma_family: ClassVar[MmaFamily]
     unit_threads: ClassVar[int] = 32
     allowed: ClassVar[dict[str, frozenset]] = {}
     layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)

@@ -25,6 +25,7 @@ from pathlib import Path
 from gemmforge.backends.base import Backend
 from gemmforge.compiler.runtime import Kernel, loader
 from gemmforge.compiler.values import Artifact, Source, Target
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program, Reduction
 
 _ONLY_DEFAULT = {name: frozenset({getattr(DEFAULTS, name)})
@@ -38,6 +39,7 @@ class NullBackend(Backend):
     name = "null"
     archs = frozenset({Arch.SM80, Arch.SM90A})
     instruction = "a host reference GEMM"
+    mma_family = MmaFamily.MMA_SYNC
     mma_shape = (16, 8, 16)
     allowed = _ONLY_DEFAULT
 

@@ -6,7 +6,7 @@ its shape.
 
 For each shipped row of the GPU's device class (dispatch.devices; --device-class to choose):
 the program is built (in parallel) and run at its shape through the measuring path
-(search.measure): the correctness gate before timing (random inputs against an fp32
+(search.measure.measure): the correctness gate before timing (random inputs against an fp32
 reference, plus the {0,1} exact check where k <= 2048), one short timing round, and the
 re-validation after it into a NaN-filled output with fresh inputs. A row passes when both
 hold. Writes <report-dir>/<name>.csv (one row per shipped shape: status, rel_err, kernel and
@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from gemmforge.search.campaign_runners import GridRunner
+from gemmforge.search.campaign.campaign_runners import GridRunner
 from gemmforge.dispatch.devices import device_class
-from gemmforge.search.records import BenchSettings
-from gemmforge.search.report import write_csv
+from gemmforge.search.measure.records import BenchSettings
+from gemmforge.search.measure.report import write_csv
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
 CHECK_BENCH = BenchSettings(protocols=("kernel",), rounds=1, warmup=1, warm_rounds=0,

@@ -168,7 +168,7 @@ def main() -> int:
         ap.error("give --program (with --shape) or --winners")
     try:
         if args.winners:
-            from gemmforge.search.report import best_per_shape, read_csv
+            from gemmforge.search.measure.report import best_per_shape, read_csv
             best = {f"{r.m}x{r.n}x{r.k}": r.program for r in best_per_shape(read_csv(args.winners))}
             wanted = args.shapes.split(",") if args.shapes else list(best)
             missing = [shape for shape in wanted if shape not in best]

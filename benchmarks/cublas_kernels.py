@@ -7,11 +7,11 @@ the GPU holds while a large GEMM runs.
                                          [--programs benchmarks/programs/sustain_8192.txt]
 
 Per shape: torch.matmul (B as K x N, and B stored N x K passed transposed: the NN and TN
-calls search.bench times) run under torch.profiler; printed is each call's CUDA kernel
+calls search.measure.bench times) run under torch.profiler; printed is each call's CUDA kernel
 names and times (the name carries cuBLAS's tile, cluster and split-K choice, e.g.
 "..._tilesize128x256x64_cluster2x1x1_..._execute_segment_k_off_...").
 
-With --mirror FILE: each shape's cuBLAS kernels (NN and TN: search.bench's baseline is the
+With --mirror FILE: each shape's cuBLAS kernels (NN and TN: search.measure.bench's baseline is the
 faster) written as cuda_wgmma programs (mirror(): the nvjet name read column-major, as cuBLAS
 computes C^T), the distinct ones into FILE, to time beside the shipped programs (`gemmforge
 campaign --portfolio all=FILE`; benchmarks/NOTES.md, thirty-second session).
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from clock_under_load import FLOP_PER_SM_CYCLE, run_turn  # noqa: E402
 
-from gemmforge.search.shapes import shape_texts  # noqa: E402  (--shapes as gemmforge reads it)
+from gemmforge.search.measure.shapes import shape_texts  # noqa: E402  (--shapes as gemmforge reads it)
 
 FLOP_PER_CLOCK = 132 * FLOP_PER_SM_CYCLE  # H100/H200 SXM: dense fp16 tensor FLOP per SM clock
 

@@ -18,9 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from gemmforge.ir.program import Problem
-from gemmforge.search.grid_report import decade, geomean
-from gemmforge.search.replay import cublas_us
-from gemmforge.search.report import best_per_shape, read_csv
+from gemmforge.search.campaign.grid_report import decade, geomean
+from gemmforge.search.measure.replay import cublas_us
+from gemmforge.search.measure.report import best_per_shape, read_csv
 
 
 def ratios(results) -> dict[str, list[tuple[float, float]]]:

@@ -3,7 +3,7 @@
     python3 benchmarks/cuda_paths.py [--quick] [--name cuda_paths]
 
 For each shape (spread over the grid's FLOP decades) every program below is measured with
-search.env.evaluate (correctness gate first, then CUDA-graph kernel time interleaved with
+search.measure.env.evaluate (correctness gate first, then CUDA-graph kernel time interleaved with
 cuBLAS NN/TN in the same process); the table shows, per path, the best program's kernel
 time over cuBLAS's. The programs are sm_80 code (mma.sync, wmma, FMA): on a Hopper GPU they
 are built for sm_90 from sm_80 features (compute_80 -> sm_90), which is how an A100 program
@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import Problem, parse  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
-from gemmforge.search.report import write_report  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.report import write_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

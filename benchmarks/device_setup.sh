@@ -8,5 +8,5 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/gf_install.log 2>&1 \
   || { echo "pip install -e . failed:"; tail -5 /tmp/gf_install.log; }
-python3 -c "import gemmforge.search.env" || echo "gemmforge does not import"
+python3 -c "import gemmforge.search.measure.env" || echo "gemmforge does not import"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader

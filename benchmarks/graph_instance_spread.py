@@ -3,14 +3,14 @@ because each request captures its own CUDA graph?
 
     python3 benchmarks/graph_instance_spread.py [--requests 10] [--shapes 64x1024x512,...]
 
-search.bench's kernel protocol captures a fresh graph of n back-to-back launches per request
+search.measure.bench's kernel protocol captures a fresh graph of n back-to-back launches per request
 and replays it once per round; two requests for the same program differ by up to 3-4 % in
 their ratio to cuBLAS (triton_sample v5), and the pairs show cuBLAS's own time moving as
 much as the candidate's. Per shape, for cuBLAS (torch.matmul NN) this script times:
 
   recaptured   `--requests` requests, each with fresh input values, a new graph of n
                launches, one untimed replay, then `--rounds` timed replays (median per
-               launch): what search.bench does per request
+               launch): what search.measure.bench does per request
   one graph    the same number of requests replaying one graph captured once
   spun up      as recaptured, but the GPU kept busy for --spin-ms (the graph replayed back
                to back) just before the timed rounds, so it is not timed coming out of
@@ -85,7 +85,7 @@ def measure(shape: str, requests: int, rounds: int, spin_ms: float) -> dict:
     gemm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
     for _ in range(10):  # cuBLAS's handle and workspace, lazy module loading
         gemm()
-    probe = capture(gemm, 100)  # launch-rate free: a graph, as search.bench's protocol
+    probe = capture(gemm, 100)  # launch-rate free: a graph, as search.measure.bench's protocol
     one = elapsed_us(probe.replay) / 100
     del probe
     count = max(3, min(1000, math.ceil(WINDOW_US / one)))

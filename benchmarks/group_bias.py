@@ -1,10 +1,10 @@
 """Does a program's time in a grouped sweep depend on its neighbours? One shape, one program
 of interest, timed alone (the program and cuBLAS take turns) and inside the sweep's group in
 three orders (as listed, reversed, the program first). Until the fifth 2026-11-22 session
-search.timing.interleave visited a group in a fixed order (forward, then backward), so each
+search.measure.timing.interleave visited a group in a fixed order (forward, then backward), so each
 program always followed the same two neighbours, and their power draw moved its reading
 with the order (benchmarks/NOTES.md); it now uses a new order each round (a seeded shuffle
-at first, then search.timing.round_orders' balanced design), and the three orders should
+at first, then search.measure.timing.round_orders' balanced design), and the three orders should
 read alike.
 
     python3 benchmarks/group_bias.py --shape 8192x2048x16384 \
@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
 
 
 def main() -> int:

@@ -3,12 +3,12 @@
     python3 benchmarks/group_rounds.py [--shapes 4096x512x8192,...] [--groups 4] [--json PATH]
 
 repeatability.py's grouped settings time two copies of one program in the same rounds
-(search.bench.run_group), yet a few shapes' copies still differ by 3-6 %. This prints, per
+(search.measure.bench.run_group), yet a few shapes' copies still differ by 3-6 %. This prints, per
 shape and group, each round's time per launch of copy 0, copy 1 and cuBLAS's best layout
 (as a fraction of that contender's median over the group), so one can see whether one
 round, a stretch of rounds, or one copy throughout makes the difference. The program is
 the first of triton_sample.SWEEP that verify accepts, built in this process; timing is
-search.bench.run_group's own, with the kernel protocol only.
+search.measure.bench.run_group's own, with the kernel protocol only.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
-from gemmforge.search import bench, timing  # noqa: E402
-from gemmforge.search.records import BenchSettings, MeasureRequest  # noqa: E402
-from gemmforge.search.worker import build_one  # noqa: E402
+from gemmforge.search.measure import bench, timing  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings, MeasureRequest  # noqa: E402
+from gemmforge.search.measure.worker import build_one  # noqa: E402
 from triton_sample import SWEEP  # noqa: E402
 
 SHAPES = "4096x512x8192,512x4096x8192,8192x16384x1024,512x12288x64"

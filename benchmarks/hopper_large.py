@@ -21,7 +21,7 @@ Shapes: `--count` grid shapes drawn uniformly (random.Random(seed)) from those w
 them: 187 in the 1,000-shape grid); `--part I/N` keeps every N-th of those from the I-th on,
 so N runs share them out with a like mix of sizes. Programs: `--programs` (default
 benchmarks/programs/hopper_large.txt, one program text per line, # comments),
-each measured with search.env.evaluate (gate, then CUDA-graph kernel time interleaved with
+each measured with search.measure.env.evaluate (gate, then CUDA-graph kernel time interleaved with
 cuBLAS NN/TN in the same process; layout nn, f32 accumulate; a shape's programs timed as one
 group unless --alone). Prints per shape the best
 program's cuBLAS/kernel ratio, then the geomean and minimum, and 8192^3's TFLOP/s.
@@ -40,11 +40,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
-from gemmforge.search.shapes import GRID  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
-from gemmforge.search.report import best_per_shape, read_csv, write_report  # noqa: E402
+from gemmforge.search.measure.shapes import GRID  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.report import best_per_shape, read_csv, write_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -3,7 +3,7 @@
     python3 benchmarks/host_overhead_gpu.py [--rounds 300] [--json PATH]
 
 Per shape and program, the contenders below run interleaved (each round visits each once),
-each timed the way search.bench's call protocol times a call: fresh input values written
+each timed the way search.measure.bench's call protocol times a call: fresh input values written
 and synchronized first (untimed), then wall clock from just before the call to just after
 a device-wide synchronize. Median over `--rounds`, in µs:
 
@@ -20,7 +20,7 @@ a device-wide synchronize. Median over `--rounds`, in µs:
 and "kernel" / "torch kernel": CUDA events around 200 launches issued back to back from
 Python. For kernels shorter than a launch's host time (all the small shapes here) that
 measures the host's launch rate, not the GPU, so compare the call columns with each other:
-call vs torch is what search.bench's call protocol compares; call out= vs torch out=
+call vs torch is what search.measure.bench's call protocol compares; call out= vs torch out=
 leaves out the output allocation; call out= vs launch is gemmforge's Python (launch asks
 torch for the current stream, itself a few µs).
 """

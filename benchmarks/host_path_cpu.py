@@ -28,7 +28,7 @@ calls, in µs per call, of a lambda (an empty lambda costs the "lambda" row). Pr
 
 Rows: `call` is the user path, `Kernel.__call__` (checks, output allocation, workspace,
 stream, launch); `wrapper` is `Kernel.__call__` with `launch` a no-op; `launch` is
-`Kernel.launch` alone (raw pointers, as search.bench's kernel protocol calls it); `triton/`
+`Kernel.launch` alone (raw pointers, as search.measure.bench's kernel protocol calls it); `triton/`
 rows are Triton's share of one kernel launch (its runner down to the stubbed C launch).
 
 Results, `python3 benchmarks/host_path_cpu.py` (AMD EPYC VM, 2 cores shared, Python 3.11.7,

@@ -1,5 +1,5 @@
 """Issue 3's last few µs: how long a GEMM kernel runs on the GPU when it runs alone, the way
-search.bench's call protocol runs it, against its time back to back.
+search.measure.bench's call protocol runs it, against its time back to back.
 
     python3 benchmarks/launch_latency_gpu.py [--rounds 40] [--shapes 256x256x256,...]
 

@@ -10,7 +10,7 @@ runner, and all methods are compared on the other half, each with `--candidates`
 measured programs per shape, `--batch` (4) at a time:
   learned  its proposals for the shape, each batch's results observed before the next
            (its weights frozen here: no held-out result trains it for another shape);
-  optuna   search.tuner with no policy (TPE alone, in memory; the same batch);
+  optuna   search.tune.tuner with no policy (TPE alone, in memory; the same batch);
   random   uniformly random legal programs.
 "best known" per shape is the best ratio any method found and, on replay, the best of
 `--reference` extra random legal programs and of `--polish` random legal programs per
@@ -36,7 +36,7 @@ from gemmforge.ir.knobs import KNOBS, assemble  # noqa: E402
 from gemmforge.ir.program import Arch, IRError  # noqa: E402
 from gemmforge.ir.space import Space, variant  # noqa: E402
 from gemmforge.policy.random import RandomPolicy  # noqa: E402
-from gemmforge.search.shapes import parse_shapes  # noqa: E402
+from gemmforge.search.measure.shapes import parse_shapes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,7 +58,7 @@ def _running_max(values: list[float], n: int) -> list[float]:
 def _learned_curve(runner, problem, policy, arch, args) -> list[float]:
     """The policy's proposals, `args.batch` at a time, each result observed before the
     next proposal."""
-    from gemmforge.search.env import reward
+    from gemmforge.search.measure.env import reward
     ratios: list[float] = []
     while len(ratios) < args.candidates:
         programs = policy.propose(problem, arch, min(args.batch, args.candidates - len(ratios)))
@@ -72,7 +72,7 @@ def _learned_curve(runner, problem, policy, arch, args) -> list[float]:
 
 
 def _optuna_curve(runner, problem, args) -> list[float]:
-    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(budget=Budget(args.candidates), batch=args.batch, seed=args.seed,
                             backends=args.backends)
     tuner = Tuner(runner, None, ":memory:", settings)
@@ -158,10 +158,10 @@ def _plot(rows: list[dict], path: Path, n: int) -> None:
 
 def _runner(args):
     if args.gpu:
-        from gemmforge.search.records import BenchSettings
-        from gemmforge.search.runners import HarnessRunner
+        from gemmforge.search.measure.records import BenchSettings
+        from gemmforge.search.measure.runners import HarnessRunner
         return HarnessRunner(0, settings=BenchSettings(protocols=("kernel",)))
-    from gemmforge.search.replay import ReplayRunner
+    from gemmforge.search.measure.replay import ReplayRunner
     return ReplayRunner(None if args.replay == "synthetic" else args.replay,
                         archs=(args.arch,))
 

@@ -3,7 +3,7 @@
     python benchmarks/llm_rl.py --model .venv/models/smollm2-135m --run runs/llm-rl \\
         [--shapes 30] [--samples 8] [--stages base,trained,trained_grammar,random]
 
-For each of the held-out grid shapes of search.llm_tasks.split_shapes (never in training:
+For each of the held-out grid shapes of search.learn.llm_tasks.split_shapes (never in training:
 not prompted, not in the training reward model), one contrastive prompt (the same for
 every stage), `--samples` completions per stage, each parsed and verified
 (policy.llm.parse_reply) and scored by the replay reward with every measurement (the
@@ -47,10 +47,10 @@ from gemmforge.ir.program import Arch
 from gemmforge.ir.space import Space
 from gemmforge.policy.llm import parse_reply
 from gemmforge.policy.prompts import TEXT_REPLY_TOKENS, Prompt
-from gemmforge.search.env import WORST_REWARD
-from gemmforge.search.llm_tasks import (
+from gemmforge.search.measure.env import WORST_REWARD
+from gemmforge.search.learn.llm_tasks import (
     ARCH, TEMPERATURE, held_out_free, make_tasks, prompt_pool, split_shapes)
-from gemmforge.search.replay_reward import ReplayReward, is_estimated
+from gemmforge.search.learn.replay_reward import ReplayReward, is_estimated
 
 STAGE_FIELDS = ("stage", "legal_fraction", "distinct_fraction", "best_of_8_ratio",
                 "within_5pct_of_tuned", "within_5pct_unlisted", "estimated_fraction", "shapes", "completions",
@@ -82,7 +82,7 @@ def two_rounds(sampler, task: dict, problem, args, rules=None) -> list:
     (policy.llm.LLMPolicy.propose): the second round's prompt lists the first round's
     legal programs as already proposed (policy.prompts.compact_prompt's `avoid`)."""
     from gemmforge.policy.prompts import build_prompt
-    from gemmforge.search.llm_tasks import CONFIG
+    from gemmforge.search.learn.llm_tasks import CONFIG
     first_n = args.samples // 2
     first = llm_proposals(sampler, task, problem, first_n, args.max_tokens, rules)
     avoid = [p.program for p in first if p.ok]
@@ -99,7 +99,7 @@ def with_lineages(tasks: list[dict], problems, model: ReplayReward, seed: int,
     """The tasks (make_tasks, one per problem) with the lineage each prompt was built
     from (drawn again from the same seed), for a second round's prompt."""
     from gemmforge.policy.prompts import build_prompt
-    from gemmforge.search.llm_tasks import CONFIG, PoolReadings, seeded_lineage
+    from gemmforge.search.learn.llm_tasks import CONFIG, PoolReadings, seeded_lineage
     rng = random.Random(seed)
     readings = PoolReadings(model, pool) if pool is not None else None
     out = []
@@ -204,7 +204,7 @@ def evaluate_stage(stage: str, tasks: list[dict], model: ReplayReward, args) -> 
 
 
 def task_backend(tasks: list[dict]) -> str:
-    """The one backend the tasks' reply prefix names (search.llm_tasks.CONFIG)."""
+    """The one backend the tasks' reply prefix names (search.learn.llm_tasks.CONFIG)."""
     (backend,) = {t["reply_prefix"].split()[0] for t in tasks}
     return backend
 

@@ -8,7 +8,7 @@ The proposals file (written by benchmarks/llm_rl.py) holds, per held-out shape, 
 `# shape MxNxK LAYOUT ACC` and the policy's distinct legal programs there. Per shape, those
 programs and the shipped program of this GPU's device class (dispatch.shipped: the grid
 campaign's confirmed winner, the tuned best) are timed in one group beside cuBLAS (kernel
-protocol, L2 warm, re-gated after timing: search.campaign_runners). Writes
+protocol, L2 warm, re-gated after timing: search.campaign.campaign_runners). Writes
 <report-dir>/<name>.csv (role proposal or shipped, and the shape's best proposal over the
 shipped program) and prints the geomean of the best proposal's cuBLAS ratio, of its fraction
 of the shipped program's, and how many shapes come within 5 %.
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from gemmforge.ir.text import parse, parse_problem
-from gemmforge.search.campaign import CONFIRM_BENCH
-from gemmforge.search.records import replace
-from gemmforge.search.report import write_csv
+from gemmforge.search.campaign.campaign import CONFIRM_BENCH
+from gemmforge.search.measure.records import replace
+from gemmforge.search.measure.report import write_csv
 
 WITHIN = 0.95
 DEFAULT = Path(__file__).with_name("programs") / "llm_rl_proposals.txt"
@@ -44,7 +44,7 @@ def read_proposals(path: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    from gemmforge.search.campaign_runners import GridRunner
+    from gemmforge.search.campaign.campaign_runners import GridRunner
     from gemmforge.dispatch.devices import device_class
     from gemmforge.dispatch.shipped import shipped
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

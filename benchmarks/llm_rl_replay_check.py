@@ -5,7 +5,7 @@
 
 Each live file (benchmarks/llm_rl_live.py) holds, per held-out shape, the policy's proposals
 and the shipped program timed in one group beside cuBLAS. Every one of those programs is
-replayed by two models of the data file `--data`: `held-out free` (search.llm_tasks
+replayed by two models of the data file `--data`: `held-out free` (search.learn.llm_tasks
 .held_out_free: the held-out shapes' rows left out, as the training reward and the
 evaluation's prompts see them: every proposal an estimate) and `full` (what
 benchmarks/llm_rl.py scores the evaluation with: a program measured at the shape is
@@ -26,8 +26,8 @@ import statistics
 from pathlib import Path
 
 from gemmforge.ir.text import parse, parse_problem
-from gemmforge.search.llm_tasks import held_out_free, split_shapes
-from gemmforge.search.replay_reward import DATA_FILE, ReplayReward, is_estimated
+from gemmforge.search.learn.llm_tasks import held_out_free, split_shapes
+from gemmforge.search.learn.replay_reward import DATA_FILE, ReplayReward, is_estimated
 
 WITHIN = 0.95  # the live check's "within 5 % of the shipped program"
 SAME_PICK = 0.98  # the replay's first pick counts as the live best within 2 % of it

@@ -30,13 +30,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from gemmforge.ir.program import Arch
-from gemmforge.search.campaign import CONFIRM_BENCH, Campaign
-from gemmforge.search.campaign_runners import GridRunner
-from gemmforge.search.campaign_store import CampaignStore
+from gemmforge.search.campaign.campaign import CONFIRM_BENCH, Campaign
+from gemmforge.search.campaign.campaign_runners import GridRunner
+from gemmforge.search.measure.campaign_store import CampaignStore
 from gemmforge.dispatch.choice import DEFAULT_RULE, RULES, resolve
 from gemmforge.dispatch.devices import device_class
-from gemmforge.search.report import write_csv
-from gemmforge.search.shapes import parse_shapes
+from gemmforge.search.measure.report import write_csv
+from gemmforge.search.measure.shapes import parse_shapes
 
 TARGET = 0.95
 

@@ -24,11 +24,11 @@ scores 0.
       file alone; the learned rule with --model, default the package's model file of the
       shapes' layout);
   (b) leave one out on the grid: each shape of --grid (the grid campaign's store, ~130
-      programs a shape; repeated, several stores read as one, as search.ranker_train does:
+      programs a shape; repeated, several stores read as one, as search.learn.ranker_train does:
       the nt stores) with a shipped row of the class, resolved from the shipped file
       without that shape's rows (dispatch.choice.shipped_candidates, else the heuristic's);
       the learned rule's model trained on --grid without the shape's fold (--folds
-      grouped folds of shapes, search.ranker_train.fold_models: five models trained here,
+      grouped folds of shapes, search.learn.ranker_train.fold_models: five models trained here,
       minutes of CPU).
 
 Prints per evaluation and rule: shapes, picks timed (coverage), geomean of the fraction,
@@ -49,7 +49,7 @@ from gemmforge.dispatch import ranker
 from gemmforge.dispatch.choice import (MAX_DISTANCE, RULES, learned_pick, pick, resolve,
                                      shipped_candidates)
 from gemmforge.dispatch.devices import lookup_classes, multiprocessors
-from gemmforge.search.ranker_train import dataset, fold_models, merged_readings, model_json
+from gemmforge.search.learn.ranker_train import dataset, fold_models, merged_readings, model_json
 from gemmforge.dispatch.shipped import ShippedFile, shipped
 
 TARGET = 0.95
@@ -79,7 +79,7 @@ def leave_one_out_picks(readings: dict, cls: str, reach: float = MAX_DISTANCE,
                         folds: int = 5, seed: int = 0) -> dict:
     """{rule: {problem: program text}} for each shape with a shipped row of `cls`, resolved
     from the shipped file without that shape's rows; the learned rule's model trained on
-    `readings` without the shape's fold (search.ranker_train.fold_models)."""
+    `readings` without the shape's fold (search.learn.ranker_train.fold_models)."""
     book, classes = shipped(), lookup_classes(cls)
     models = _fold_rankers(readings, cls, folds, seed) if "learned" in RULES else {}
     out: dict = {rule: {} for rule in RULES}

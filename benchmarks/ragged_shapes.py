@@ -20,7 +20,7 @@ import random
 import sys
 from pathlib import Path
 
-from gemmforge.search.shapes import shape_texts
+from gemmforge.search.measure.shapes import shape_texts
 
 JUDGED = Path(__file__).resolve().parent / "shapes" / "off_grid_models.txt"
 FLOPS = (2e8, 1e11)

@@ -21,8 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from gemmforge.search.grid_report import geomean as _geomean
-from gemmforge.search.report import read_csv
+from gemmforge.search.campaign.grid_report import geomean as _geomean
+from gemmforge.search.measure.report import read_csv
 
 COLUMNS = ("sustained_speedup", "speedup", "cold_speedup", "call_speedup")
 

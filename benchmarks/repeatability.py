@@ -3,7 +3,7 @@
     python3 benchmarks/repeatability.py [--shapes sample:24:5] [--json PATH]
 
 Per shape, the first program of triton_sample.SWEEP that verify accepts is measured twice
-in one batch (search.env.evaluate, kernel protocol, cuBLAS interleaved), once per setting
+in one batch (search.measure.env.evaluate, kernel protocol, cuBLAS interleaved), once per setting
 below. The spread of a pair is |t1 - t2| / mean, for the kernel time and for its ratio to
 the interleaved cuBLAS (which cancels clock drift common to both). Printed per setting:
 median and max over shapes, the worst shape, and the wall time of one pair's batch.
@@ -12,7 +12,7 @@ Two ways a batch is timed (BenchSettings.interleave):
   alone     each request on its own, one after the other, each against its own cuBLAS
             rounds: the two timings are tens of ms apart, so the pair's spread includes the
             GPU's slow spells that last that long (benchmarks/NOTES.md)
-  grouped   both requests in one group (search.bench.run_group): every round times both
+  grouped   both requests in one group (search.measure.bench.run_group): every round times both
             copies and cuBLAS, so the pair's spread is the protocol's own noise at one time,
             which is what decides a comparison of two candidates of one batch
 
@@ -48,10 +48,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse  # noqa: E402
-from gemmforge.search.shapes import parse_shapes  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.shapes import parse_shapes  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
 from triton_sample import SWEEP  # noqa: E402
 
 _KERNEL = {"protocols": ("kernel",)}

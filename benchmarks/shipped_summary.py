@@ -16,14 +16,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gemmforge.search.grid_report import geomean as _geomean
-from gemmforge.search.portfolio import LARGE_FLOPS
+from gemmforge.search.campaign.grid_report import geomean as _geomean
+from gemmforge.search.measure.shapes import LARGE_FLOPS
 
 DEFAULT = Path(__file__).resolve().parent.parent / "search" / "data" / "shipped.json"
 
 
 def geomean(xs: list[float]) -> float:
-    """search.grid_report.geomean, nan for none."""
+    """search.campaign.grid_report.geomean, nan for none."""
     value = _geomean(xs)
     return float("nan") if value is None else value
 

@@ -6,7 +6,7 @@ device's copy bandwidth, with L2 cold in three ways:
     python3 benchmarks/skinny_bandwidth.py --programs benchmarks/results/llm_layers_h100.csv \
         --name skinny_bandwidth_h100 [--report-dir .] [--rounds 7]
 
-  write_flush  the campaigns' cold protocol (search.timing.cold_protocol): a buffer of 2x L2
+  write_flush  the campaigns' cold protocol (search.measure.timing.cold_protocol): a buffer of 2x L2
                written before each launch; L2 is left full of dirty lines, so the launch's
                reads also pay for writing the flush buffer back to HBM;
   read_flush   the same with a buffer of 2x L2 read (a sum) before each launch: L2 left
@@ -19,7 +19,7 @@ device's copy bandwidth, with L2 cold in three ways:
 of back-to-back copies; column of_copy); `copy_rotated` copies B-sized buffers rotated like the
 GEMMs' operands, the stricter reference the target is judged against (column
 of_same_size_copy, in the same protocol). Every contender of a shape is timed in the
-same process, round by round in the balanced orders of search.timing.interleave. Layout nt
+same process, round by round in the balanced orders of search.measure.timing.interleave. Layout nt
 (B is N x K, as a linear layer's weight). Prints a table; writes <report-dir>/<name>.csv.
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main() -> int:
 
     from gemmforge.backends.pipeline import compile_and_load
     from gemmforge.ir import check, parse, parse_problem
-    from gemmforge.search import timing
+    from gemmforge.search.measure import timing
 
     torch.cuda.init()
     stream = torch.cuda.Stream()

@@ -15,7 +15,7 @@ with random.Random(seed), all of a decade where it has fewer; `--llm` takes Llam
 projection layers (N x K of 6144x4096 qkv, 4096x4096 o, 28672x4096 gate+up, 4096x14336
 down) at M in LLM_TOKENS; `--shapes` a comma list. Programs: each line of `--programs`
 that verify accepts for the shape, plus the heuristic's program for it (`--heuristic`,
-on by default), timed as one group per shape (search.env.evaluate: correctness gate, then
+on by default), timed as one group per shape (search.measure.env.evaluate: correctness gate, then
 CUDA-graph kernel and cold protocols interleaved with cuBLAS NN/TN in the same process).
 
 Prints per shape the best program's ratio (cuBLAS time / ours) warm and cold, the
@@ -38,11 +38,11 @@ from hopper_large import best_over_runs, geomean, part  # noqa: E402
 from gemmforge.ir import check, parse, parse_problem  # noqa: E402
 from gemmforge.ir.program import Arch  # noqa: E402
 from gemmforge.policy.heuristic import default_program  # noqa: E402
-from gemmforge.search.shapes import GRID  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
-from gemmforge.search.report import read_csv, write_report  # noqa: E402
+from gemmforge.search.measure.shapes import GRID  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.report import read_csv, write_report  # noqa: E402
 
 LARGE_FLOPS = 1e11            # the large class starts here (benchmarks/hopper_large.py)
 LLM_TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)

@@ -25,9 +25,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gemmforge.search.grid_report import geomean
-from gemmforge.search.records import Result
-from gemmforge.search.report import read_csv
+from gemmforge.search.campaign.grid_report import geomean
+from gemmforge.search.measure.records import Result
+from gemmforge.search.measure.report import read_csv
 
 FIELDS = ("m", "n", "k", "program", "turn_s", "runs", "sustained_ratio", "kernel_ratio")
 

@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gemmforge.search.grid_report import geomean
+from gemmforge.search.campaign.grid_report import geomean
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_DIR = "backends/cuda_wgmma/templates"

@@ -4,8 +4,8 @@
     python3 benchmarks/triton_sample.py [--shapes sample:50:3] [--name triton_sample]
 
 Sample: `sample:50:3` draws 50 of the 1,000 grid shapes uniformly without replacement with
-Python's random.Random(3) (search.shapes.parse_shapes). Per shape, every program of
-SWEEP that verify accepts is measured with search.env.evaluate (gate first; kernel time
+Python's random.Random(3) (search.measure.shapes.parse_shapes). Per shape, every program of
+SWEEP that verify accepts is measured with search.measure.env.evaluate (gate first; kernel time
 from CUDA graphs and call time, cuBLAS NN/TN interleaved in the same process). The first
 program is measured twice in the same batch for every shape: the difference between the
 two is the repeatability figure, for the kernel time and for its ratio to cuBLAS timed
@@ -29,11 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import check, parse  # noqa: E402
-from gemmforge.search.shapes import parse_shapes  # noqa: E402
-from gemmforge.search.env import evaluate  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
-from gemmforge.search.report import best_per_shape, write_report  # noqa: E402
+from gemmforge.search.measure.shapes import parse_shapes  # noqa: E402
+from gemmforge.search.measure.env import evaluate  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.report import best_per_shape, write_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

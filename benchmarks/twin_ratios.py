@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
 from gemmforge.ir import parse  # noqa: E402
-from gemmforge.search.report import read_csv  # noqa: E402
+from gemmforge.search.measure.report import read_csv  # noqa: E402
 
 
 def twin_of(program: str, programs: list[str]) -> str | None:

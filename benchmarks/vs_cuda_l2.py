@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
 
-from gemmforge.search.report import best_per_shape, read_csv  # noqa: E402
+from gemmforge.search.measure.report import best_per_shape, read_csv  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLUMNS = {"cublas": "cuBLAS-max", "torch": "torch.matmul"}

@@ -30,8 +30,8 @@ import numpy as np
 from gemmforge.ir.program import Schedule, WarpSpec
 from gemmforge.ir.text import parse, parse_problem
 from gemmforge.policy import wave_fit
-from gemmforge.search.campaign_store import read_only_rows
-from gemmforge.search.grid_report import geomean
+from gemmforge.search.measure.campaign_store import read_only_rows
+from gemmforge.search.campaign.grid_report import geomean
 
 MIN_PROGRAMS = 4
 
@@ -114,7 +114,7 @@ def winners(reports: list[Path], before: Path) -> dict[str, int]:
     from gemmforge.ir.program import Arch, Layout, Problem
     from gemmforge.policy.heuristic import wave_fit_programs
     from gemmforge.dispatch.devices import device_class
-    from gemmforge.search.report import read_csv
+    from gemmforge.search.measure.report import read_csv
     old = {(r["device_class"], r["layout"], r["m"], r["n"], r["k"]): r["program"]
            for r in json.loads(before.read_text())["rows"]}
     counts: dict[str, int] = defaultdict(int)

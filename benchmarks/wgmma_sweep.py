@@ -8,7 +8,7 @@ Smoke: every program x (layout, acc) is emitted as a standalone .cu, built with 
 as its own process on a few shapes with a timeout, so a hung pipeline (a barrier waited on
 forever) shows up as HANG for that program alone, not as a dead run.
 
-Timing: search.bench.run_request for every (program, problem): the correctness gate first,
+Timing: search.measure.bench.run_request for every (program, problem): the correctness gate first,
 then the "kernel" protocol (CUDA graphs of back-to-back launches, L2 warm, candidate and
 cuBLAS NN/TN interleaved over `--rounds` rounds, median) and the "call" protocol (one
 Python call + synchronize, fresh inputs). Prints a table last; --out writes the rows as CSV
@@ -104,10 +104,10 @@ def _run_selftest(exe, m: int, n: int, k: int) -> list[str]:
 
 
 def sweep(programs: list[str], problems: list[Problem], rounds: int, on_row=None) -> list[dict]:
-    """Gate and time every (program, problem) with search.bench; one dict per pair."""
+    """Gate and time every (program, problem) with search.measure.bench; one dict per pair."""
     from gemmforge.ir.verify import check
-    from gemmforge.search import bench
-    from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
+    from gemmforge.search.measure import bench
+    from gemmforge.search.measure.records import ArtifactRecord, BenchSettings, MeasureRequest
     info = bench.setup(0)
     target = pipeline.current_target()
     # m, n, k are run-time arguments: one build per (program, layout, acc) serves every shape

@@ -1,6 +1,6 @@
 """The command line that runs a gemmforge module in a child Python process.
 
-    subprocess.Popen(python_module("gemmforge.search.worker", "build", spec))
+    subprocess.Popen(python_module("gemmforge.search.measure.worker", "build", spec))
 
 `python -m` puts the current directory first on sys.path; run from a gemmforge checkout,
 its `gemmforge/` folder (the package's face alone) would shadow an installed copy. On

@@ -5,7 +5,7 @@ A loader per artifact kind (`@loader("cuda_so")`) turns an Artifact into a `Kern
 cached workspace); `Kernel.launch` is the lean path the benchmark uses (raw pointers,
 no checks). torch is imported lazily: building and emitting need no torch.
 
-The user path is host overhead on every call (issue 3 holds it to torch.matmul's), so
+The user path is host overhead on every call (held to torch.matmul's), so
 it reads each tensor attribute once, remembers the workspace size per problem size and
 device, keeps the workspace's address beside it, and asks torch for the current stream
 through the raw call it binds once; benchmarks/host_path_cpu.py times it on the CPU.
@@ -64,7 +64,7 @@ class Kernel(ABC):
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         """Scratch bytes one launch at (m, n, k) needs (on the current device). A launch
         must not rely on what the workspace held before it: other kernels may use the same
-        memory in between (search.bench shares one workspace among a group's kernels), so
+        memory in between (search.measure.bench shares one workspace among a group's kernels), so
         a launch re-arms what it needs there (zeroes atomics' sums, resets barriers)."""
 
     def zeroed_bytes(self, m: int, n: int, k: int) -> int:

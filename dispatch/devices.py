@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from gemmforge.ir.devices import DEVICES
 from gemmforge.ir.program import Arch
 
 _CHIP = re.compile(r"\b(gh\d{3}|[a-z]{1,2}\d{2,3}[a-z]?)\b")
@@ -21,7 +22,7 @@ _CHIP = re.compile(r"\b(gh\d{3}|[a-z]{1,2}\d{2,3}[a-z]?)\b")
 one (a GeForce RTX 4090) gets its whole name, made a slug, as its class."""
 
 NOT_REAL = ("replay", "synthetic")
-"""Device-name words of results that were not measured on a GPU (search.replay)."""
+"""Device-name words of results that were not measured on a GPU (search.measure.replay)."""
 
 SIBLINGS: dict[str, tuple[str, ...]] = {
     "h100": ("h200",),
@@ -32,8 +33,8 @@ SIBLINGS: dict[str, tuple[str, ...]] = {
 programs are the next best evidence when a device's own class has none for a shape; they
 differ in memory bandwidth, which moves the best program only for memory-bound shapes."""
 
-MULTIPROCESSORS: dict[str, int] = {"h100": 132, "h200": 132, "gh200": 132, "a100": 108}
-"""Streaming multiprocessors per class (SXM boards): the wave size of a grid of CTAs, which
+MULTIPROCESSORS: dict[str, int] = {name: facts.sms for name, facts in DEVICES.items()}
+"""Streaming multiprocessors per class (ir.devices): the wave size of a grid of CTAs, which
 dispatch.waves uses to judge a neighbour's program at another shape."""
 
 DEFAULT_CLASS: dict[Arch, str] = {Arch.SM90A: "h100", Arch.SM80: "a100"}

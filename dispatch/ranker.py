@@ -10,7 +10,7 @@ every candidate, so the order is that of predicted kernel time) from the shape, 
 program's fields and quantities derived from both (features()): tiles, waves of tiles on the
 class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot work
 (dispatch.waves) over the ideal, bytes moved per multiply-add. It was trained on campaign
-portfolio readings (search.ranker_train: every program of a shape timed in one group beside
+portfolio readings (search.learn.ranker_train: every program of a shape timed in one group beside
 cuBLAS): for nn the grid's and those of 300 random layer-like shapes off it (ragged token
 counts and model widths, which the grid's powers of two never show;
 benchmarks/ragged_shapes.py), for nt the sample's, the LLM layers' and 150 such shapes; never

@@ -3,7 +3,7 @@
 `dispatch/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
 have tuned programs on a fresh install (a user's own tuned database takes precedence:
 dispatch.choice). It is plain JSON, read with the standard library only (no optuna, no
-SQLAlchemy), written by `gemmforge ship` (search.ship) from confirmation CSVs:
+SQLAlchemy), written by `gemmforge ship` (search.campaign.ship) from confirmation CSVs:
 
     {"format": "gemmforge-shipped/1",
      "measurements": {"<id>": {"command": ..., "files": [...], "commit": ..., "date": ...,
@@ -16,7 +16,7 @@ A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustain
 cublas_sustained_us, after_us, cublas_after_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
 speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),
 min_speedup the lowest reading; sustained_* are seconds-long runs under the power cap, after_*
-each launch after another kernel (search.timing.after_protocol), where measured. `GEMMFORGE_SHIPPED=path` reads another file, `none` none.
+each launch after another kernel (search.measure.timing.after_protocol), where measured. `GEMMFORGE_SHIPPED=path` reads another file, `none` none.
 """
 from __future__ import annotations
 

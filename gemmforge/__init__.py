@@ -12,7 +12,8 @@ The face of the package:
 The floors below it, each importing only those under it: `gemmforge.ir` (programs, text,
 schema, verify against the capability table) -> `gemmforge.compiler` (the toolchain: nvcc,
 knobs, artifacts, runtime) -> `gemmforge.backends` (and the pipeline) -> `gemmforge.policy`
--> `gemmforge.search`; this folder (`ops`, `emit`, `cli`) sits on top. The IR never imports
+-> `gemmforge.dispatch` (picking a program at run time) -> `gemmforge.search` (measure,
+learn, tune, campaign); this folder (`ops`, `emit`, `cli`) sits on top. The IR never imports
 the backends: this module installs the loader that imports them when the IR first looks a
 backend up. `compile`, `load`, `matmul` and `load_op` are imported on first use, so `import
 gemmforge` costs only the IR.

@@ -31,8 +31,8 @@ def positive_seconds(name: str, value: float | None) -> float | None:
 
 
 def _shape_texts(spec: str, name: str) -> list[str]:
-    """search.shapes.shape_texts with each way it can fail said as a UsageError."""
-    from gemmforge.search.shapes import shape_texts
+    """search.measure.shapes.shape_texts with each way it can fail said as a UsageError."""
+    from gemmforge.search.measure.shapes import shape_texts
     if spec.startswith("sample:"):
         parts = spec.split(":")
         grid = shape_texts("grid")
@@ -123,12 +123,12 @@ def replay(value: str | None, name: str = "--replay") -> str | None:
     """'synthetic', or a record file that holds at least one record."""
     if value is None or value == "synthetic":
         return value
-    from gemmforge.search.replay import load_records
+    from gemmforge.search.measure.replay import load_records
     text_file(name, value)  # missing, unreadable or binary: said plainly
     try:
         records = load_records(value)
     except (ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{name}: {value} is not a record file (search.report CSV or JSON "
+        raise UsageError(f"{name}: {value} is not a record file (search.measure.report CSV or JSON "
                          f"lines of results): {type(e).__name__}: {e}") from None
     if not records:
         raise UsageError(f"{name}: {value} holds no records (or give 'synthetic')")

@@ -2,6 +2,7 @@
 technical specifications per compute capability (8.0 for A100, 9.0 for H100/H200)."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from gemmforge.ir.program import Arch
@@ -26,6 +27,22 @@ LIMITS = {
                            max_regs_per_thread=255, regs_per_sm=65_536,
                            has_wgmma=True, has_tma=True, has_clusters=True),
 }
+
+class MmaFamily(enum.Enum):
+    """The matrix-instruction family a kernel's inner product runs on."""
+    SIMT = "simt"            # fp16 FMA on the CUDA cores
+    WMMA = "wmma"            # warp-level wmma fragments
+    MMA_SYNC = "mma.sync"    # warp-level mma.sync
+    WGMMA = "wgmma"          # warpgroup-level asynchronous MMA (sm_90a)
+
+
+def mma_family_on(family: MmaFamily, arch: Arch) -> MmaFamily:
+    """The family a backend declaring `family` runs on `arch`: wgmma where the arch has it,
+    else mma.sync (the backends that emit wgmma on sm_90a fall back to it on sm_80)."""
+    if family == MmaFamily.WGMMA and not LIMITS[arch].has_wgmma:
+        return MmaFamily.MMA_SYNC
+    return family
+
 
 HALF_BYTES = 2
 WARP_THREADS = 32

@@ -18,7 +18,7 @@ budget, ir.grammar.LEAF_BUDGET) may only end: its program then fails ir.verify, 
 unconstrained reply would.
 
 Samples are drawn from the model's distribution restricted to the grammar; the
-probabilities the GRPO loss uses (search.llm_train) are the model's own, unrestricted.
+probabilities the GRPO loss uses (search.learn.llm_train) are the model's own, unrestricted.
 """
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def _text(completion) -> str:
 def make_reward_fn(score: Scorer) -> Callable[..., list[float]]:
     """A TRL reward function: parse and verify each completion (policy.replies.parse_reply),
     score the legal programs of each problem in one batch with `score(programs, problem)`
-    (e.g. search.env.evaluate + reward), and give FAILED_REWARD to the rest."""
+    (e.g. search.measure.env.evaluate + reward), and give FAILED_REWARD to the rest."""
     from gemmforge.ir.text import parse_problem
     from gemmforge.policy.replies import parse_reply
 

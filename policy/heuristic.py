@@ -14,10 +14,11 @@ from gemmforge.ir.program import (
     Arch, Layout, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
     WarpSpec,
 )
+from gemmforge.ir.devices import H100
 from gemmforge.ir.verify import check
 from gemmforge.policy import small_shapes, wave_fit
 
-SMS = 132                 # multiprocessors on H100/H200 (A100: 108); sets the wave size
+SMS = H100.sms            # multiprocessors on H100/H200 (A100: 108); sets the wave size
 DEFAULT_BACKEND = "cuda_mma"
 
 # (bm, bn, bk, wm, wn, stages), largest first
@@ -119,7 +120,7 @@ SEEDS_192 = (
 # the shipped program beside these and eight other forms, best three confirmed warm and cold)
 # they won all 38 rows with K <= 128 and M x N >= 3 * 2^23, 7 of the 26 with less, none of
 # the 64 with K >= 256; at five K = 128 shapes the stream-K and ping-pong programs shipped
-# before read 0.87-0.95x cuBLAS and these 1.03-1.10x (benchmarks/NOTES.md, thirty-first session).
+# before read 0.87-0.95x cuBLAS and these 1.03-1.10x (benchmarks/NOTES.md).
 OUTPUT_BOUND_MAX_K = 128
 OUTPUT_BOUND_MIN_MN = 3 << 23
 OUTPUT_BOUND = (
@@ -135,7 +136,7 @@ def output_bound(problem: Problem) -> bool:
 
 # Long K over 16 or 32 output tiles of 128x128: the tile split 8 or 4 ways through the
 # workspace (128 CTAs, then the reduce kernel), as cuBLAS runs 2048x256x16384 on an H200. In
-# the thirty-second session's long-K round (long_k_split_h200_s32: the shipped program beside
+# the long-K round (long_k_split_h200_s32: the shipped program beside
 # 14 split forms at the H200's rows with K >= 4096 and M x N <= 2^21) the form won all 7
 # rows with M, N >= 256 and K = 16384 and 2 of the 4 with 32 tiles and K = 12288;
 # with a shorter K, or 128 on a side, other forms stayed ahead.
@@ -152,8 +153,8 @@ def long_k_split(problem: Problem) -> str | None:
 
 
 # A narrow side streaming the other operand past it: 128 CTAs that each hold one slice of the
-# long side, as cuBLAS runs them (192 by 64, in pairs sharing the streamed tile). In the same
-# session's streaming round (stream_h200_s32: 105 nn and 20 nt rows with N = 128 or 256 and
+# long side, as cuBLAS runs them (192 by 64, in pairs sharing the streamed tile). In the
+# streaming round (stream_h200_s32: 105 nn and 20 nt rows with N = 128 or 256 and
 # M >= 2048, or M = 64 or 128 and N >= 4096) 192x64 tiles in clusters along N (A multicast to
 # both N tiles) won all six 12288x128 rows (+4-18 % beside the programs they replaced), 64x192
 # tiles loading B evict-first ten rows at M <= 128 with N = 12288, 64x128 ones five with 96-128
@@ -184,7 +185,7 @@ PREFERRED = {Arch.SM90A: ("cuda_wgmma", "cuda_mma"), Arch.SM80: ("cuda_mma",)}
 SEED_MIN_FLOPS = 1e10  # the seeds' big tiles fill the chip only on large problems
 
 
-# Small and medium problems on Hopper (2mnk < SEED_MIN_FLOPS), from issue 20's sweeps on an
+# Small and medium problems on Hopper (2mnk < SEED_MIN_FLOPS), from the small/medium sweeps on an
 # H100 (benchmarks/results/small_medium_h100.csv, llm_layers_h100.csv): deep rings and a
 # cooperative producer everywhere; a token side of at most 48 rows (layout nt) on wgmma's
 # narrow side (swap_ab) in the smallest tile of 8, 16, 32 or 48 that holds it, with split-K
@@ -278,7 +279,7 @@ def _pdl(backend, arch: Arch, problem: Problem) -> bool:
     """Programmatic dependent launch where the backend lowers it (sm_90a) and the problem is
     below SEED_MIN_FLOPS: back to back, a launch overlaps the previous kernel's tail (on the
     H100, pdl twins against their plain forms: +5 % at 2mnk 1e8, +3 % at 1e9, -1 % at 1e10,
-    a single launch unchanged; benchmarks/NOTES.md, fifteenth session)."""
+    a single launch unchanged; benchmarks/NOTES.md)."""
     return (arch == Arch.SM90A and problem.flops < SEED_MIN_FLOPS
             and True in backend.allowed.get("pdl", ()))
 
@@ -297,7 +298,7 @@ def _small_hopper(problem: Problem) -> list[str]:
     out = []
     if problem.m <= DECODE_MAX_M and problem.k >= SPLIT_MIN_K:
         # a decode step streams the weights: 256-deep K steps, as many stages as fit, no split
-        # (the seventeenth session's LLM-layer portfolio: 0.97-1.00 of the best at the 16
+        # (the LLM-layer portfolio: 0.97-1.00 of the best at the 16
         # layers with M <= 32, against 0.71-0.94 for the 64-deep k2i form below)
         token = next(t for t in (8, 16, 32) if t >= problem.m)
         out.append(wg.format(tile=f"{token}x64x256", s=DECODE_STAGES[token], k="k1",
@@ -318,7 +319,7 @@ def _small_hopper(problem: Problem) -> list[str]:
     if problem.k >= SPLIT_MIN_K and tiles >= SMS // 2:
         # a long K over half a wave or more: 128-deep K steps halve the ring's per-step
         # waits (the bk=128 twins of this program read 1.039x it over 48 grid shapes, 1.032x
-        # over 10 LLM layers, replayed from the sixteenth session's portfolio passes)
+        # over 10 LLM layers, replayed from the portfolio passes)
         out.append(wg.format(tile="64x128x128" if wide else "64x64x128", s=4 if wide else 6,
                              k="k1", sched="dp", ws="coop", epi="direct", swap=""))
     out.append(wg.format(tile="64x128x64" if wide else "64x64x64", s=8, k="k1", sched="dp",

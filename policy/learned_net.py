@@ -24,13 +24,14 @@ import torch
 from torch import nn
 
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.devices import ARCH_DEFAULT
 from gemmforge.ir.knobs import KNOBS, assemble, knob_value
 from gemmforge.ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
 from gemmforge.ir.space import Space, Variant
 
 LOG2_SCALE = 14.0            # log2 of the largest grid dimension (16384)
 STEPS = ("backend",) + KNOBS
-SMS = {Arch.SM80: 108, Arch.SM90A: 132}  # multiprocessors: A100; H100 / H200
+SMS = {arch: facts.sms for arch, facts in ARCH_DEFAULT.items()}  # multiprocessors: A100; H100 / H200
 _AT = {k: STEPS.index(k) for k in ("tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn",
                                     "stages", "split_k.slices", "swap_ab")}
 

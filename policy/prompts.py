@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
+from gemmforge.ir.devices import ARCH_DEFAULT
 from gemmforge.ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
 from gemmforge.ir.schema import to_json
 from gemmforge.ir.verify import runs_text
@@ -33,8 +34,8 @@ from gemmforge.policy.reward import WORST_REWARD
 FAILED_REWARD = WORST_REWARD
 """Rewards at or below this are failures (policy.reward.WORST_REWARD)."""
 
-SM_COUNT = {Arch.SM80: 108, Arch.SM90A: 132}  # A100; H100 SXM / H200
-DENSE_FP16_TFLOPS = {Arch.SM80: 312, Arch.SM90A: 989}  # tensor-core peak, dense
+SM_COUNT = {arch: facts.sms for arch, facts in ARCH_DEFAULT.items()}  # A100; H100 SXM / H200
+DENSE_FP16_TFLOPS = {arch: round(facts.peak_tflops) for arch, facts in ARCH_DEFAULT.items()}  # dense
 HALF_BYTES = 2
 
 _ARCH_NOTES = {

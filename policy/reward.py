@@ -2,7 +2,7 @@
 
 A failed program scores WORST_REWARD (also the floor of every reward); a program that
 fails ir.verify, never built or measured, scores INVALID_REWARD, below every measured
-result. search.env measures the results; this module only scores them, so a policy can
+result. search.measure.env measures the results; this module only scores them, so a policy can
 score without importing the measuring machinery.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def reward(result, l2: str = "warm") -> float:
     (`l2="cold"`: the operands not in L2, as a model's weights are in a forward pass;
     needs the "cold" protocol in BenchSettings.protocols), floored at WORST_REWARD;
     WORST_REWARD for a failure, an implausible measurement, or a state not measured.
-    `result`: a search.records.Result (ok, implausible, speedup, cold_speedup)."""
+    `result`: a search.measure.records.Result (ok, implausible, speedup, cold_speedup)."""
     if l2 not in L2_STATES:
         raise ValueError(f"l2: expected one of {', '.join(L2_STATES)}, got {l2!r}")
     speedup = result.speedup if l2 == "warm" else result.cold_speedup

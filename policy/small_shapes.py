@@ -1,6 +1,6 @@
 """Tile rules for small and medium problems, from a backend's declared capabilities.
 
-Where cuBLAS wins below 1e11 FLOP (issue 20) it runs the token side (M) in tiles of 8 to
+Where cuBLAS wins below 1e11 FLOP (benchmarks/results/small_medium_h100.csv) it runs the token side (M) in tiles of 8 to
 64 rows on the MMA's narrow side, 64-wide weight tiles with deep rings, and split-K for
 long K over few tiles. `shapes(problem, backend)` gives those choices for any backend,
 read from its capabilities only (`allowed["swap_ab"]`, `tile_extras`, `reductions`,
@@ -13,9 +13,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from gemmforge.ir.devices import H100
 from gemmforge.ir.program import TILE_STEP, Problem, Reduction
 
-SMS = 132                  # multiprocessors on H100/H200: the wave the grid should fill
+SMS = H100.sms             # multiprocessors on H100/H200: the wave the grid should fill
 SMALL_M = 256              # a token side this short is a small problem whatever N and K
 SMALL_FLOPS = 1e10         # and so is anything under this many FLOPs (2mnk)
 SWAP_M = 128               # token sides put on the MMA's narrow side (swap_ab)

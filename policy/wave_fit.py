@@ -13,15 +13,15 @@ first; a byte count per SM is needed to weigh the second. So:
            + waves x a wave's first-stage latency + the split's reduction
 
 with F_SM the dense fp16 rate per SM at a held clock and B_SM what one SM's TMA ring draws
-from L2 (both below, round figures from the earlier sessions' readings). A wave holds fewer
+from L2 (both below, round figures from earlier readings). A wave holds fewer
 CTAs when a split's slices form clusters (a cluster stays inside one GPC: RESIDENT_CTAS), and
 an in-kernel split whose accumulators fill a thread's registers pays its last slice's sum in
 L2 round trips (SUM_ROUND_TRIP_S). The model ranks the shapes of a tile, nothing else: ring
 depth, warps, the producer's form and the reduction's form are left to ir.verify and the
 measurement. Checked against the H200 campaign stores (benchmarks/wave_fit_check.py): it ranks
 unlike programs well; among its own close proposals its first pick was 13-21 % behind the best
-measured before the clusters' residency was counted, 8-11 % after (NOTES, thirtieth and
-thirty-first sessions), still blind to ring depth, so it proposes and the measurement picks.
+measured before the clusters' residency was counted, 8-11 % after (benchmarks/NOTES.md),
+still blind to ring depth, so it proposes and the measurement picks.
 Units: bytes, FLOPs, seconds.
 
     fits(problem, backend)   # FitShape proposals, cheapest predicted first
@@ -31,12 +31,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gemmforge.ir.devices import H100
 from gemmforge.ir.program import TILE_STEP, Layout, Problem, Reduction
 
-SMS = 132                 # multiprocessors on H100/H200: one CTA each per wave
-F_SM = 0.8 * 989e12 / SMS  # FLOP/s an SM holds: the dense fp16 rate at ~1.5 GHz under load
+SMS = H100.sms            # multiprocessors on H100/H200: one CTA each per wave
+F_SM = 0.8 * H100.peak_fp16_flops / SMS  # FLOP/s an SM holds: the dense fp16 rate at ~1.5 GHz under load
 B_SM = 80e9               # bytes/s one SM's loads draw from L2 (60-100 in the H200's nt rows)
-B_DRAM = 3.0e12           # bytes/s from memory (H100's 3.35 TB/s at the ~0.9 a copy reaches)
+B_DRAM = 3.0e12           # bytes/s from memory: what a copy reaches of H100.hbm_bytes_per_s (~0.9)
 WAVE_LATENCY_S = 1.5e-6   # a wave's first stage lands this long after its request (H100)
 REDUCE_LAUNCH_S = 2e-6    # a workspace split's second kernel
 MIN_FLOPS, MAX_FLOPS = 1e8, 1e11  # where a wave's fill decides (the large class has many waves)
@@ -49,10 +50,10 @@ PARTIAL = 4               # bytes of an fp32 partial sum
 RESIDENT_CTAS = {1: 132, 2: 132, 3: 117, 4: 120, 5: 110, 6: 102, 7: 105, 8: 120}
 """CTAs resident at once in clusters of each size, one CTA an SM (cudaOccupancyMaxActiveClusters
 on an H200: 132, 66, 39, 30, 22, 17, 15, 15 clusters; a cluster stays inside a GPC; an H100's
-clusters of four held ~120 CTAs too, twenty-fifth session). A split
+clusters of four held ~120 CTAs too). A split
 summed through the cluster makes each tile's slices one cluster, so 32 tiles in k4c are 128
-CTAs and two waves: at 2048x256x16384 128x128 k4c read 57.5 us against 44 for k4i (thirty-first
-session)."""
+CTAs and two waves: at 2048x256x16384 128x128 k4c read 57.5 us against 44 for k4i
+(benchmarks/NOTES.md)."""
 SUM_ROUND_TRIP_S = 1.3e-6  # an in-kernel split's last slice, per L2 round trip of its sum
 IN_KERNEL_FREE_REGS = 64   # accumulator registers a thread may hold and still batch that sum
 

@@ -13,7 +13,7 @@ them read-only):
 Reads every version of every CSV under benchmarks/results/ in the git history (results
 that later commits superseded or removed included: a measurement stays a measurement),
 keeps the ok rows with both times, adds every ok reading of each `--store` (a campaign
-store, search.campaign_store: its portfolio, search and confirm rounds alike, read with
+store, search.measure.campaign_store: its portfolio, search and confirm rounds alike, read with
 campaign_store.read_only_rows; the speedup is the paired cuBLAS ratio the store counted,
 readings it held implausible are left out), and writes one row per (problem, device,
 program):
@@ -25,7 +25,7 @@ per-round ratio where recorded, else cublas_us / kernel_us), the times their med
 three to DIGITS significant digits),
 `count` how many measurements were merged (CSV rows and store readings alike). Programs are rewritten in the current
 canonical text; rows whose program no longer parses are dropped (counted on stderr).
-search.replay_reward reads the file.
+search.learn.replay_reward reads the file.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def measurements(repo: Path):
 def store_measurements(path: Path) -> dict:
     """Ok readings of a campaign store: (problem key, device, program text) -> list of
     (speedup, kernel_us, cublas_us), every round of every pass."""
-    from gemmforge.search.campaign_store import read_only_rows
+    from gemmforge.search.measure.campaign_store import read_only_rows
     out: dict = {}
     for problem, _, text, status, speedup, result in read_only_rows(path):
         data = json.loads(result)

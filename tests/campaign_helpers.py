@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gemmforge.search.campaign import Campaign, CampaignSettings
-from gemmforge.search.campaign_runners import ReplayGridRunner
-from gemmforge.search.campaign_store import CampaignStore
-from gemmforge.search.shapes import parse_shapes
-from gemmforge.search.portfolio import Portfolio
-from gemmforge.search.records import replace
-from gemmforge.search.replay import ReplayRunner
+from gemmforge.search.campaign.campaign import Campaign, CampaignSettings
+from gemmforge.search.campaign.campaign_runners import ReplayGridRunner
+from gemmforge.search.measure.campaign_store import CampaignStore
+from gemmforge.search.measure.shapes import parse_shapes
+from gemmforge.search.campaign.portfolio import Portfolio
+from gemmforge.search.measure.records import replace
+from gemmforge.search.measure.replay import ReplayRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = "64x64x64,256x4096x128,2048x64x8192,1024x4096x64,8192x8192x256,4096x4096x8192"

@@ -55,13 +55,13 @@ def null_backend():
 
 @pytest.fixture(scope="session")
 def full():
-    """The package's replay data (search.replay_reward): the LLM tests' measured programs."""
-    from gemmforge.search.replay_reward import ReplayReward
+    """The package's replay data (search.learn.replay_reward): the LLM tests' measured programs."""
+    from gemmforge.search.learn.replay_reward import ReplayReward
     return ReplayReward()
 
 
 @pytest.fixture(scope="session")
 def split(full):
-    """Its training and held-out shapes (search.llm_tasks.split_shapes)."""
-    from gemmforge.search.llm_tasks import split_shapes
+    """Its training and held-out shapes (search.learn.llm_tasks.split_shapes)."""
+    from gemmforge.search.learn.llm_tasks import split_shapes
     return split_shapes(full)

@@ -1,13 +1,13 @@
 """Fault-injecting stand-ins for the kernel runner and the builder, for CPU tests.
 
-Workers load them by file path (search.worker's "/path/fault_hooks.py:run"), so they
+Workers load them by file path (search.measure.worker's "/path/fault_hooks.py:run"), so they
 really run inside a worker process, and what they do to it is real: os.abort() and
 os._exit() kill it, time.sleep() hangs it. Which fault happens is chosen by the request's
 m (a real-looking Problem needs no extra field), or by its seed where it is seed_for(code)
 (the requests of a group share m). run_group times a group the way
-search.bench.run_group does, as far as faults go: a wrong output fails its request, any
+search.measure.bench.run_group does, as far as faults go: a wrong output fails its request, any
 other fault the whole group; its ok Results carry the flag "group of N". The OK and
-WRONG paths run the real correctness gate (search.gate) on CPU with a fake kernel written
+WRONG paths run the real correctness gate (search.measure.gate) on CPU with a fake kernel written
 in torch; QUICK_OK skips it (no torch import: cheaper where a test only needs an ok
 answer).
 """
@@ -18,8 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from gemmforge.search import gate
-from gemmforge.search.records import ArtifactRecord, Result, replace
+from gemmforge.search.measure import gate
+from gemmforge.search.measure.records import ArtifactRecord, Result, replace
 
 OK, ABORT, EXIT, HANG, RAISE, CUDA_ERROR, WRONG, UNWRITTEN, SPAWN, QUICK_OK, SLOW_OK = \
     range(11, 22)
@@ -28,7 +28,7 @@ FAKE_KERNEL_US, FAKE_CUBLAS_US = 10.0, 12.0
 
 
 def setup(device: int) -> dict:
-    """Like search.bench.setup, without CUDA, and light: a worker that only crashes never
+    """Like search.measure.bench.setup, without CUDA, and light: a worker that only crashes never
     imports torch (the first gate run does), so restarts stay cheap."""
     return {"sm": 90, "device": f"fake device {device}"}
 

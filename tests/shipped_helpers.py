@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gemmforge.dispatch.devices import device_class
-from gemmforge.search.ship import ship
+from gemmforge.search.campaign.ship import ship
 
 H100 = "NVIDIA H100 80GB HBM3"
 HEADER = "m,n,k,layout,acc,device,backend,program,status,kernel_us,cublas_us,speedup,rel_err\n"

@@ -1,4 +1,4 @@
-"""torch.cuda simulated on CPU, for search.bench's CPU tier (tests/test_bench_protocol.py,
+"""torch.cuda simulated on CPU, for search.measure.bench's CPU tier (tests/test_bench_protocol.py,
 tests/test_bench_group.py).
 
 Tensors made "on cuda" live on the CPU, CUDA graphs record launches and replay them, and
@@ -13,14 +13,14 @@ import types
 import pytest
 import torch
 
-from gemmforge.search import bench, gate, timing
+from gemmforge.search.measure import bench, gate, timing
 
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"
 NN_US, TN_US, FLUSH_US = 7.0, 6.0, 40.0
 
 
 class SimulatedCuda:
-    """The torch.cuda surface search.bench touches, on CPU, with a fake clock in us."""
+    """The torch.cuda surface search.measure.bench touches, on CPU, with a fake clock in us."""
 
     def __init__(self, candidate_us: float, kernel_fn):
         self.clock, self.capturing, self.launches = 0.0, None, 0

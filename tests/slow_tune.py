@@ -6,7 +6,7 @@ the middle of a batch (tests/test_faults.py sends it signals):
 import sys
 import time
 
-from gemmforge.search import replay
+from gemmforge.search.measure import replay
 
 DELAY_S = float(sys.argv[1])
 _evaluate = replay.ReplayRunner.evaluate

@@ -1,4 +1,4 @@
-"""CPU tier for search.bench.run_group on a simulated CUDA (tests/simulated_cuda.py): several
+"""CPU tier for search.measure.bench.run_group on a simulated CUDA (tests/simulated_cuda.py): several
 candidates of one problem timed against cuBLAS rounds paid once, each reporting its own
 planted time, launched as often as alone, failed or cut short alone, and every step
 reported to the worker's parent."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gemmforge.search import bench, gate, timing
-from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
+from gemmforge.search.measure import bench, gate, timing
+from gemmforge.search.measure.records import ArtifactRecord, BenchSettings, MeasureRequest
 from simulated_cuda import SIMT, TN_US, FakeKernel, cold_graph, simulate  # noqa: F401 (a fixture)
 
 

@@ -1,4 +1,4 @@
-"""CPU tier for search.bench's orchestration: run_request on a simulated CUDA.
+"""CPU tier for search.measure.bench's orchestration: run_request on a simulated CUDA.
 
 torch.cuda is replaced by a small simulation on CPU (tests/simulated_cuda.py): tensors made
 "on cuda" live on the CPU, CUDA graphs record launches and replay them, and events read a
@@ -17,8 +17,8 @@ import types
 import pytest
 import torch
 
-from gemmforge.search import bench, gate, timing
-from gemmforge.search.records import ArtifactRecord, BenchSettings, MeasureRequest
+from gemmforge.search.measure import bench, gate, timing
+from gemmforge.search.measure.records import ArtifactRecord, BenchSettings, MeasureRequest
 from simulated_cuda import (  # noqa: F401 (simulate is a fixture)
     FLUSH_US, SIMT, TN_US, FakeKernel, cold_graph, simulate,
 )

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gemmforge.ir import parse
-from gemmforge.search.campaign_store import SCHEMA
-from gemmforge.search.replay_reward import read_measured
+from gemmforge.search.measure.campaign_store import SCHEMA
+from gemmforge.search.learn.replay_reward import read_measured
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_replay_data.py"
 WGMMA = str(parse("cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 "

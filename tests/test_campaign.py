@@ -1,4 +1,4 @@
-"""gemmforge.search.campaign on the replay runner: the passes, the store, selection under
+"""gemmforge.search.campaign.campaign on the replay runner: the passes, the store, selection under
 load, the re-gate, time limits, and a campaign killed at random moments that resumes with
 nothing recorded lost or measured again."""
 from __future__ import annotations
@@ -16,11 +16,12 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
-from gemmforge.search.selection import selection_ratio
-from gemmforge.search.campaign_store import CampaignStore
-from gemmforge.search.portfolio import Portfolio, read_programs, shape_class
-from gemmforge.search.records import Result
-from gemmforge.search.shapes import parse_shapes
+from gemmforge.search.measure.selection import selection_ratio
+from gemmforge.search.measure.campaign_store import CampaignStore
+from gemmforge.search.campaign.portfolio import Portfolio, read_programs
+from gemmforge.search.measure.shapes import shape_class
+from gemmforge.search.measure.records import Result
+from gemmforge.search.measure.shapes import parse_shapes
 from campaign_helpers import LARGE_LIST, ROOT, SHAPES, campaign, settings
 
 ARCHS = (Arch.SM90A, Arch.SM80)
@@ -198,7 +199,7 @@ def test_report_of_the_shipped_file_alone(tmp_path, capsys):
     from the store, which names the device class; a store with no class is refused."""
     import csv
     from gemmforge.cli import main
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     from gemmforge.dispatch.shipped import shipped
     db = tmp_path / "c.db"
     assert main(["campaign", "--storage", str(db), "--shapes", "64x64x64", "--replay",
@@ -233,8 +234,8 @@ def test_one_campaign_per_store(tmp_path):
 
 def test_grid_shapes_by_flop_class():
     from gemmforge.ir.program import IRError
-    from gemmforge.search.portfolio import shape_class
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import shape_class
+    from gemmforge.search.measure.shapes import parse_shapes
     below = parse_shapes("grid:small,medium", "nt")
     large = parse_shapes("grid:large")
     assert len(below) + len(large) == 1000 and len(large) == 187
@@ -245,8 +246,8 @@ def test_grid_shapes_by_flop_class():
 
 
 def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
-    from gemmforge.search import portfolio as module
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.campaign import portfolio as module
+    from gemmforge.search.measure.shapes import parse_shapes
     problems = parse_shapes("64x64x64,1024x4096x64,4096x4096x8192")
     alone = [settings().portfolio.programs_for(p, ARCHS) for p in problems]
     monkeypatch.setattr(module, "PARALLEL_PLAN", 2)
@@ -254,9 +255,9 @@ def test_planning_many_shapes_in_processes_gives_the_same_plan(monkeypatch):
 
 
 def test_report_fills_grid_shapes_from_the_shipped_file():
-    from gemmforge.search.grid_report import shipped_rows
-    from gemmforge.search.shapes import parse_shapes
-    from gemmforge.search.ship import refusal
+    from gemmforge.search.campaign.grid_report import shipped_rows
+    from gemmforge.search.measure.shapes import parse_shapes
+    from gemmforge.search.campaign.ship import refusal
     from gemmforge.dispatch.shipped import shipped
     large = parse_shapes("grid:large")
     rows = shipped_rows(large + parse_shapes("77x6144x4096"), "h100", "NVIDIA H100 80GB HBM3")
@@ -277,7 +278,7 @@ def _round(programs, cublas_us, kernel_us):
 
 
 def test_disturbed_rounds_are_told_by_their_cublas_reading():
-    from gemmforge.search.selection import DISTURBED, disturbed
+    from gemmforge.search.measure.selection import DISTURBED, disturbed
     calm, busy = _round("ab", 3.6, (3.3, 3.4)), _round("ab", 3.6 * DISTURBED * 1.1, (7.8, 90.0))
     assert disturbed({1: calm, 2: busy, 3: calm}) == {2}
     assert disturbed({1: busy, 2: calm}) == {1}
@@ -309,7 +310,7 @@ def test_a_disturbed_confirmation_neither_picks_the_winner_nor_repeats_forever(t
 def test_a_group_whose_cublas_read_slow_does_not_outrank_a_calm_one():
     """4096x64x4096 on an H100: programs timed beside a cuBLAS reading of 13.1 us read
     1.03-1.04x; one timed beside 9.5 us read 0.98x, and was the faster kernel."""
-    from gemmforge.search.selection import comparable_speedup
+    from gemmforge.search.measure.selection import comparable_speedup
     slow_group = Result("old", 4096, 64, 4096, kernel_us=12.6, cublas_us=13.1)
     calm_group = Result("new", 4096, 64, 4096, kernel_us=9.7, cublas_us=9.5)
     figure = comparable_speedup([slow_group, calm_group])
@@ -324,7 +325,7 @@ def test_a_group_whose_cublas_read_slow_does_not_outrank_a_calm_one():
 def test_portfolio_readings_rank_after_another_kernel_below_the_large_class():
     """A pdl program leads back to back by overlapping its own launches; after another kernel
     its twin leads, and that is what the confirmation picks by, so the twin must reach it."""
-    from gemmforge.search.selection import comparable_speedup, ranking_protocol
+    from gemmforge.search.measure.selection import comparable_speedup, ranking_protocol
     small = Problem(512, 512, 512)
 
     def read(name, kernel_us, after_us, cublas_after_us=4.0):

@@ -10,7 +10,7 @@ import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
-from gemmforge.search.portfolio import TWIN_FIELDS, Portfolio
+from gemmforge.search.campaign.portfolio import TWIN_FIELDS, Portfolio
 from gemmforge.dispatch.shipped import shipped
 
 ARCHS = (Arch.SM90A,)
@@ -76,8 +76,8 @@ def test_cli_rerun_needs_a_device_class_and_a_known_source(tmp_path, capsys):
 
 
 def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
-    from gemmforge.search.selection import selected_by, selection_ratio
-    from gemmforge.search.records import Result
+    from gemmforge.search.measure.selection import selected_by, selection_ratio
+    from gemmforge.search.measure.records import Result
     small, large = Problem(64, 64, 1024), Problem(4096, 4096, 8192)
 
     def timed(problem, warm_us, cold_us, sustained_us=None):
@@ -99,8 +99,8 @@ def test_a_winner_is_chosen_over_l2_warm_and_cold_together():
 def test_the_after_protocol_picks_where_measured_below_the_large_class():
     """A pdl program overlaps its own previous launch in the kernel protocol and in the cold
     protocol's rotated copies; after another kernel it overlaps nothing and pays for pdl."""
-    from gemmforge.search.selection import selected_by, selection_ratio
-    from gemmforge.search.records import Result
+    from gemmforge.search.measure.selection import selected_by, selection_ratio
+    from gemmforge.search.measure.records import Result
     small, large = Problem(64, 64, 1024), Problem(4096, 4096, 8192)
 
     def timed(problem, warm_us, cold_us, after_us, sustained_us=None):
@@ -176,7 +176,7 @@ def test_several_incumbents_each_come_with_their_twins_once():
 
 def test_cli_h200_rerun_confirms_its_own_winner_beside_the_h100s(tmp_path, capsys):
     from gemmforge.cli import main
-    from gemmforge.search.campaign_store import CampaignStore
+    from gemmforge.search.measure.campaign_store import CampaignStore
     rows = shipped().rows
     h200 = {r.problem: r.program_text for r in rows if r.device_class == "h200"}
     problem = next(p for p, text in h200.items() if shipped().exact("h100", p).program_text != text)

@@ -1,9 +1,9 @@
-"""Which shapes a campaign's search pass takes (search.campaign.Campaign.weak), on the replay
+"""Which shapes a campaign's search pass takes (search.campaign.campaign.Campaign.weak), on the replay
 runner: below the large class by their best after another kernel, and what a run that leaves
 the search out says of the shapes whose confirmation waits for it."""
 from __future__ import annotations
 
-from gemmforge.search.records import Result
+from gemmforge.search.measure.records import Result
 from campaign_helpers import campaign
 
 

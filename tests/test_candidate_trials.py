@@ -1,4 +1,4 @@
-"""search.candidate_trials.claim: candidates are settled in the order they were asked, which
+"""search.tune.candidate_trials.claim: candidates are settled in the order they were asked, which
 trial numbers do not give when a queued trial starts after trials numbered above it (as when
 one worker's ask creates a trial while another's queued trial is still waiting)."""
 import time
@@ -6,7 +6,7 @@ import time
 import optuna
 import pytest
 
-from gemmforge.search.candidate_trials import claim
+from gemmforge.search.tune.candidate_trials import claim
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,11 +13,11 @@ from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve
-from gemmforge.search.database import TunedDatabase
+from gemmforge.search.tune.database import TunedDatabase
 from gemmforge.dispatch.devices import check_class, device_class, lookup_classes
-from gemmforge.search.records import Result
+from gemmforge.search.measure.records import Result
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
-from gemmforge.search.ship import ship
+from gemmforge.search.campaign.ship import ship
 
 WGMMA = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
 COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop tma"

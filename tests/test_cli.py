@@ -203,11 +203,11 @@ def test_the_emitted_self_test_runs_the_emitted_shape(tmp_path, capsys, program)
 
 
 def test_shapes_values_read_the_same_everywhere(tmp_path):
-    """arguments.shapes (tune, bench, ...) and search.shapes (campaign) read one syntax:
+    """arguments.shapes (tune, bench, ...) and search.measure.shapes (campaign) read one syntax:
     a shape file with '#' comments, grid:CLASSES, sample:N:SEED; bad values are one line."""
     from gemmforge import arguments
     from gemmforge.errors import UsageError
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     listed = tmp_path / "shapes.txt"
     listed.write_text("# model layers\n1x4096x4096  # decode\n77x6144x4096\n")
     for spec in (f"@{listed}", "grid:small", "sample:7:3", "64x64x64,128x256x512"):

@@ -1,4 +1,4 @@
-"""search.confirm below the large class: a tuned shape's contenders are timed after another
+"""search.tune.confirm below the large class: a tuned shape's contenders are timed after another
 kernel too and the winner is the best there, with each pdl contender's pdl-free twin among
 them (the trials' kernel protocol credits pdl's overlap of a launch with its own previous
 one, which a model never gives it)."""
@@ -8,9 +8,9 @@ import optuna
 import pytest
 
 from gemmforge.ir.program import Problem
-from gemmforge.search.confirm import (confirm, confirmation_protocols, contenders,
+from gemmforge.search.tune.confirm import (confirm, confirmation_protocols, contenders,
                                       pdl_free_twins)
-from gemmforge.search.records import BenchSettings, Result
+from gemmforge.search.measure.records import BenchSettings, Result
 
 PDL = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 persistent c1x1 pingpong tma pdl"
 TWIN = PDL.removesuffix(" pdl")

@@ -3,7 +3,7 @@ reference file, per FLOP decade."""
 import pytest
 
 from benchmark_scripts import load
-from gemmforge.search.records import Result
+from gemmforge.search.measure.records import Result
 
 reference = load("cublas_reference")
 

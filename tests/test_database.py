@@ -1,4 +1,4 @@
-"""search.database: the best program per (device, problem) with its command; the candidates
+"""search.tune.database: the best program per (device, problem) with its command; the candidates
 dispatch.choice reads (by device class, layout and arch) and tuned_candidates()."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.dispatch.tuned import tuned_candidates
-from gemmforge.search.database import TunedDatabase
-from gemmforge.search.records import Result
+from gemmforge.search.tune.database import TunedDatabase
+from gemmforge.search.measure.records import Result
 
 MMA = "cuda_mma sm_90a 128x128x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"
 SMALL = "cuda_mma sm_90a 64x64x32 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct"

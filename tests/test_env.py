@@ -1,4 +1,4 @@
-"""CPU tier for search.env: invalid programs never reach a worker, the rest go through the
+"""CPU tier for search.measure.env: invalid programs never reach a worker, the rest go through the
 builder pool and the runner (fakes from fault_hooks), and rewards follow the documented rule."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import fault_hooks as hooks
 from gemmforge.ir.program import Problem
 from gemmforge.ir.text import parse
-from gemmforge.search import env
-from gemmforge.search.measure import BuilderPool, DeviceRunner
-from gemmforge.search.records import BenchSettings, Result
+from gemmforge.search.measure import env
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner
+from gemmforge.search.measure.records import BenchSettings, Result
 
 HOOKS = f"{Path(hooks.__file__).resolve()}:"
 SIMT = "cuda_simt sm_80 64x64x32 w2x2 s3 swnone row/1 pred k1 dp c1x1 nows direct"

@@ -1,19 +1,19 @@
-"""search.family_means: a round's challengers, and its winners, against the incumbents beside
+"""search.campaign.family_means: a round's challengers, and its winners, against the incumbents beside
 them in the same confirmation groups; the campaign report's families table."""
 from __future__ import annotations
 
 import pytest
 
-from gemmforge.search.campaign_store import CampaignStore
-from gemmforge.search.records import Result
-from gemmforge.search.shapes import parse_shapes
+from gemmforge.search.measure.campaign_store import CampaignStore
+from gemmforge.search.measure.records import Result
+from gemmforge.search.measure.shapes import parse_shapes
 from campaign_helpers import campaign
 
 
 def test_a_rounds_challengers_against_the_incumbent_beside_them(tmp_path):
-    """search.family_means: per challenger and FLOP decade, its selection ratio over the
+    """search.campaign.family_means: per challenger and FLOP decade, its selection ratio over the
     incumbent's in the same (latest) round, as a geomean over shapes, and where it was ahead."""
-    from gemmforge.search.family_means import (
+    from gemmforge.search.campaign.family_means import (
         against_incumbents, markdown, winners_against_incumbents)
     c = campaign(tmp_path / "c.db", tmp_path / "v.jsonl", shapes="4096x4096x8192,8192x8192x256")
     c.run()

@@ -87,7 +87,7 @@ def test_fault(row: Row, tmp_path):
 
 def test_debug_shows_the_traceback_of_a_runtime_failure(tmp_path, capsys, monkeypatch):
     from gemmforge.cli import main
-    from gemmforge.search import tune_jobs
+    from gemmforge.search.tune import tune_jobs
 
     def boom(*args, **kwargs):
         raise RuntimeError("the storage went away\nsecond line")
@@ -108,8 +108,8 @@ def test_debug_shows_the_traceback_of_a_runtime_failure(tmp_path, capsys, monkey
 def test_a_run_that_measures_nothing_ok_fails(capsys, monkeypatch):
     """Not a silent success: every candidate failing is exit 1 with the cause."""
     from gemmforge.cli import main
-    from gemmforge.search import replay
-    from gemmforge.search.records import replace
+    from gemmforge.search.measure import replay
+    from gemmforge.search.measure.records import replace
 
     def broken(self, program, problem):
         return replace(replay.synthetic_result(program, problem), status="failed",
@@ -126,8 +126,8 @@ _WORKER = textwrap.dedent("""
     import sys, time
     from gemmforge.ir.program import Problem
     from gemmforge.policy.heuristic import HeuristicPolicy
-    from gemmforge.search import replay
-    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.measure import replay
+    from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(budget=Budget(60), backends=("cuda_mma",), batch=4,
                             seed=int(sys.argv[2]), heartbeat_s=1, grace_s=600, confirm=0)
     runner = replay.ReplayRunner(archs=("sm_90a",), delay_s=0.02)
@@ -137,7 +137,7 @@ _WORKER = textwrap.dedent("""
 
 def _snapshot(url: str) -> dict[int, tuple[str, float]]:
     """Measured trials: number -> (program, value)."""
-    from gemmforge.search.studies import measured_trials
+    from gemmforge.search.tune.studies import measured_trials
     names = optuna.study.get_all_study_names(url)
     if not names:
         return {}

@@ -18,27 +18,36 @@ import pytest
 
 import gemmforge
 
-FLOORS = {"ir": 0, "compiler": 1, "backends": 2, "policy": 3, "dispatch": 4, "search": 5}
-FACE = 6
+FLOORS = ("ir", "compiler", "backends", "policy", "dispatch",
+          "search.measure", "search.learn", "search.tune", "search.campaign")
+"""From the bottom; search's sub-packages are floors of their own inside search."""
+FACE = len(FLOORS)
+TOP = tuple(dict.fromkeys(f.split(".")[0] for f in FLOORS))  # the folders mapped into gemmforge
 
 
 def floor(module: str) -> int:
-    """The floor of a gemmforge module by its dotted name."""
-    parts = module.split(".")
-    return FLOORS.get(parts[1], FACE) if len(parts) > 1 else FACE
+    """The floor of a gemmforge module by its dotted name: that of the longest floor its
+    name starts with (the bare `gemmforge.search` package: its lowest sub-floor's)."""
+    name = module.removeprefix("gemmforge.")
+    if name == module:
+        return FACE
+    if name == "search":
+        return FLOORS.index("search.measure")
+    found = [i for i, f in enumerate(FLOORS) if name == f or name.startswith(f + ".")]
+    return max(found, key=lambda i: len(FLOORS[i])) if found else FACE
 
 
 def package_files() -> dict[str, Path]:
     """Dotted module name -> file, for every .py of the installed gemmforge package."""
     files = {}
     roots = {"gemmforge": Path(gemmforge.__file__).parent}
-    for sub in FLOORS:
+    for sub in TOP:
         roots[f"gemmforge.{sub}"] = Path(importlib.util.find_spec(f"gemmforge.{sub}").origin).parent
     for package, root in roots.items():
         for path in root.rglob("*.py"):
             rel = path.relative_to(root).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
-            if package == "gemmforge" and parts and parts[0] in FLOORS:
+            if package == "gemmforge" and parts and parts[0] in TOP:
                 continue  # a source folder nested under the face's folder: not the package
             files[".".join([package, *parts])] = path
     return files
@@ -76,8 +85,17 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_walk_sees_every_floor(graph):
     """The walk found the package: each floor and the face have files, and arrows exist."""
-    assert {floor(m) for m in graph} == {*FLOORS.values(), FACE}
-    assert "gemmforge.backends.pipeline" in graph["gemmforge.search.worker"]
+    assert {floor(m) for m in graph} == {*range(len(FLOORS)), FACE}
+    assert "gemmforge.backends.pipeline" in graph["gemmforge.search.measure.worker"]
+
+
+def test_floor_orders_the_sub_floors():
+    assert floor("gemmforge.ir.program") == 0 < floor("gemmforge.dispatch.choice")
+    assert floor("gemmforge.dispatch.choice") < floor("gemmforge.search.measure.records")
+    assert floor("gemmforge.search.measure.records") < floor("gemmforge.search.learn.llm_tasks")
+    assert floor("gemmforge.search.learn.llm_tasks") < floor("gemmforge.search.tune.tuner")
+    assert floor("gemmforge.search.tune.tuner") < floor("gemmforge.search.campaign.campaign")
+    assert floor("gemmforge.search.campaign.ship") < floor("gemmforge.ops") == FACE
 
 
 def test_no_arrow_points_up_a_floor(graph):

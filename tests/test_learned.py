@@ -15,9 +15,9 @@ from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.policy.learned import LearnedPolicy
 from gemmforge.policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
-from gemmforge.search.shapes import GRID
-from gemmforge.search.env import reward
-from gemmforge.search.replay import ReplayRunner
+from gemmforge.search.measure.shapes import GRID
+from gemmforge.search.measure.env import reward
+from gemmforge.search.measure.replay import ReplayRunner
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in GRID.read_text().split()]
 BACKENDS = ("cuda_mma", "triton", "cuda_simt")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from gemmforge.ir import parse, parse_problem
-from gemmforge.search.llm_tasks import held_out_free, make_tasks, prompt_pool, seeded_lineage
-from gemmforge.search.replay_reward import Measured, ReplayReward
+from gemmforge.search.learn.llm_tasks import held_out_free, make_tasks, prompt_pool, seeded_lineage
+from gemmforge.search.learn.replay_reward import Measured, ReplayReward
 
 WGMMA = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma"
 PROBLEM = parse_problem("4096x4096x4096")
@@ -25,7 +25,7 @@ def test_prompts_draw_their_examples_from_the_fixed_pool(full, split):
 
 
 def test_small_held_out_shapes_are_prompted_with_small_tile_examples(full, split):
-    from gemmforge.search.llm_tasks import tile_side
+    from gemmforge.search.learn.llm_tasks import tile_side
     model = held_out_free(full, split)
     small = [p for p in split.held_out if p.flops < 1e10]
     assert len(small) >= 5
@@ -36,7 +36,7 @@ def test_small_held_out_shapes_are_prompted_with_small_tile_examples(full, split
 
 def test_near_examples_are_the_best_pool_programs_at_the_nearest_shapes_of_the_decade():
     import random
-    from gemmforge.search.llm_tasks import PoolReadings
+    from gemmforge.search.learn.llm_tasks import PoolReadings
     s3, s5 = WGMMA.replace("s4", "s3"), WGMMA.replace("s4", "s5")
     near, far, other_decade = (parse_problem(t) for t in
                                ("4096x4096x8192", "4096x4096x16384", "8192x8192x8192"))
@@ -58,7 +58,7 @@ def test_near_examples_are_the_best_pool_programs_at_the_nearest_shapes_of_the_d
 
 
 def test_training_shapes_are_drawn_stratified_by_size(split):
-    from gemmforge.search.llm_tasks import LARGE_FLOPS, LARGE_SHARE, stratified_problems
+    from gemmforge.search.learn.llm_tasks import LARGE_FLOPS, LARGE_SHARE, stratified_problems
     from collections import Counter
     drawn = stratified_problems(split.train, seed=0)
     assert len(drawn) == len(split.train) and set(drawn) <= set(split.train)
@@ -74,7 +74,7 @@ def test_training_shapes_are_drawn_stratified_by_size(split):
 
 
 def test_the_pool_holds_small_tile_programs_measured_at_training_shapes(full, split):
-    from gemmforge.search.llm_tasks import small_tile_bests, tile_side
+    from gemmforge.search.learn.llm_tasks import small_tile_bests, tile_side
     model = held_out_free(full, split)
     pool = prompt_pool()
     small = [t for t in pool if tile_side(t) <= 64]
@@ -89,5 +89,5 @@ def test_train_llm_takes_the_large_share():
     args = build_parser().parse_args(["train-llm", "--model", "m", "--output", "o",
                                       "--large-share", "0.5"])
     assert args.large_share == 0.5 and not args.uniform_shapes
-    from gemmforge.search.llm_train import TrainSettings
+    from gemmforge.search.learn.llm_train import TrainSettings
     assert TrainSettings().large_share == 0.4

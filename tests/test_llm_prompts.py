@@ -98,7 +98,7 @@ def test_prompt_lists_programs_to_avoid():
 
 
 def test_failed_reward_matches_the_search_floor():
-    from gemmforge.search.env import WORST_REWARD
+    from gemmforge.search.measure.env import WORST_REWARD
     assert FAILED_REWARD == WORST_REWARD
 
 
@@ -372,10 +372,10 @@ def test_line_stop_ids_are_the_end_tokens_and_every_newline_token():
 
 def test_tune_llm_examples_replay_starts_the_prompt_with_the_training_examples(server):
     """`tune --policy llm --llm-examples replay`: the first prompt at a shape already lists
-    the examples a train-llm prompt shows there (search.llm_tasks.seed_examples: the pool's
+    the examples a train-llm prompt shows there (search.learn.llm_tasks.seed_examples: the pool's
     programs with their replayed ratios); without the flag it lists none."""
     from gemmforge.cli import main
-    from gemmforge.search.llm_tasks import EXAMPLES
+    from gemmforge.search.learn.llm_tasks import EXAMPLES
 
     def first_prompt(*extra):
         fake = server(["64x64x64 w1x1 s4 sw128 row/8 pred k1 dp c1x1 coop direct"])

@@ -16,11 +16,11 @@ from gemmforge.policy.llm import LLMPolicy, from_cli
 from gemmforge.policy.prompts import FAILED_REWARD
 from gemmforge.policy.samplers import (
     OpenAISampler, TransformersSampler, VLLMSampler, adapter_id, adapter_name, adapter_rank)
-from gemmforge.search.llm_tasks import (
+from gemmforge.search.learn.llm_tasks import (
     HELD_OUT, grid_problems, held_out_free, make_replay_reward_fn, make_tasks, seeded_lineage,
     split_shapes)
-from gemmforge.search.llm_train import StepLog
-from gemmforge.search.replay_reward import Measured, ReplayReward, is_estimated
+from gemmforge.search.learn.llm_train import StepLog
+from gemmforge.search.learn.replay_reward import Measured, ReplayReward, is_estimated
 
 WGMMA = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma"
 PROBLEM = parse_problem("4096x4096x4096")
@@ -107,7 +107,7 @@ def test_reward_fn_replays_legal_replies_and_floors_the_rest():
 
 
 def test_reward_fn_reads_the_reply_prefix_and_marks_repeats_down():
-    from gemmforge.search.llm_tasks import REPEAT_REWARD
+    from gemmforge.search.learn.llm_tasks import REPEAT_REWARD
     fn = make_replay_reward_fn(_model())
     prefix = "cuda_wgmma sm_90a"
     rest = WGMMA[len(prefix):]
@@ -206,7 +206,7 @@ def test_train_llm_is_a_command():
     from gemmforge.cli import build_parser
     args = build_parser().parse_args(["train-llm", "--model", "m", "--output", "o"])
     assert args.steps >= 1 and args.generations is None  # TrainSettings' default
-    from gemmforge.search.llm_train import TrainSettings
+    from gemmforge.search.learn.llm_train import TrainSettings
     assert TrainSettings().generations == 8  # the evaluation's samples per shape
     tune = build_parser().parse_args(["tune", "--shapes", "64x64x64", "--policy", "llm",
                                       "--llm-model", "m", "--llm-adapter", "a"])
@@ -221,7 +221,7 @@ def test_train_llm_is_a_command():
                     or importlib.util.find_spec("peft") is None,
                     reason="trl and peft not installed (the llm-train extra)")
 def test_grpo_and_lora_configs_build():
-    from gemmforge.search.llm_train import TrainSettings, grpo_config, lora_config
+    from gemmforge.search.learn.llm_train import TrainSettings, grpo_config, lora_config
     settings = TrainSettings(steps=3, generations=2)
     config = grpo_config("/tmp/x", settings)
     assert config.num_generations == 2 and config.max_steps == 3 and config.beta == 0.0
@@ -287,7 +287,7 @@ def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_pa
 
 def test_evaluation_in_two_rounds_tells_the_second_the_first_rounds_programs():
     from types import SimpleNamespace
-    from gemmforge.search.llm_tasks import make_tasks
+    from gemmforge.search.learn.llm_tasks import make_tasks
     bench = _bench()
     model = _model()
     (task,) = bench.with_lineages(make_tasks([PROBLEM], model, seed=5), [PROBLEM], model, 5)

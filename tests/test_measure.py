@@ -15,9 +15,9 @@ from hypothesis import given, settings as hsettings, strategies as st
 import fault_hooks as hooks
 from gemmforge.ir.program import Problem
 from gemmforge.ir.text import parse
-from gemmforge.search import bench, gate, report
-from gemmforge.search.measure import BuilderPool, DeviceRunner, measure
-from gemmforge.search.records import (
+from gemmforge.search.measure import bench, gate, report
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner, measure
+from gemmforge.search.measure.records import (
     FAILURE_KINDS, ArtifactRecord, BenchSettings, MeasureRequest, Result,
 )
 

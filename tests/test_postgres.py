@@ -20,8 +20,8 @@ import optuna
 import pytest
 
 from gemmforge.ir.program import Problem
-from gemmforge.search.tune_jobs import run_workers
-from gemmforge.search.database import TunedDatabase
+from gemmforge.search.tune.tune_jobs import run_workers
+from gemmforge.search.tune.database import TunedDatabase
 
 USER = "gemmforge"
 

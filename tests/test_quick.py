@@ -1,4 +1,4 @@
-"""search.quick and `gemmforge tune --quick`: neighbourhood candidates (nearest shipped
+"""search.tune.quick and `gemmforge tune --quick`: neighbourhood candidates (nearest shipped
 programs, then the heuristic's), timed in one group on a replayed runner, the winner
 recorded in the tuned database and then served as tuned-exact."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.text import parse
 from gemmforge.ir.verify import check
 from gemmforge.policy.heuristic import HeuristicPolicy
-from gemmforge.search.campaign_runners import ReplayGridRunner
+from gemmforge.search.campaign.campaign_runners import ReplayGridRunner
 from gemmforge.dispatch.choice import resolve, usable
-from gemmforge.search.database import TunedDatabase
-from gemmforge.search.quick import QUICK_BACKENDS, STUDY, neighbour_candidates, quick_tune
-from gemmforge.search.replay import ReplayRunner
-from gemmforge.search.ship import ship
+from gemmforge.search.tune.database import TunedDatabase
+from gemmforge.search.tune.quick import QUICK_BACKENDS, STUDY, neighbour_candidates, quick_tune
+from gemmforge.search.measure.replay import ReplayRunner
+from gemmforge.search.campaign.ship import ship
 
 WGMMA = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
 COOP = "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c2x1 coop tma"
@@ -182,7 +182,7 @@ def test_off_grid_benchmark_resolves_with_the_tuned_database(capsys, tmp_path):
     """benchmarks/off_grid.py --tuned: the resolver reads the quick tune's entry first."""
     from pathlib import Path
     from benchmark_scripts import load
-    from gemmforge.search.campaign_store import CampaignStore
+    from gemmforge.search.measure.campaign_store import CampaignStore
     root = Path(__file__).resolve().parents[1]
     off_grid = load("off_grid")
     store_path, url = tmp_path / "c.db", f"sqlite:///{tmp_path / 'q.db'}"
@@ -211,7 +211,7 @@ class AfterRunner(CountingRunner):
     pdl program reads), the last fastest after another kernel."""
 
     def measure_groups(self, groups, settings, on_group, seed=0):
-        from gemmforge.search.records import Result
+        from gemmforge.search.measure.records import Result
         assert "after" in settings.protocols  # timed as a campaign's confirmation is
         for p, programs in groups:
             last = len(programs) - 1

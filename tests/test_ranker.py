@@ -219,7 +219,7 @@ def test_a_small_model_ranks_programs_seen_at_an_eighth_of_its_shapes():
 
 
 def _store(path, rows):
-    from gemmforge.search.campaign_store import SCHEMA
+    from gemmforge.search.measure.campaign_store import SCHEMA
     con = sqlite3.connect(path)
     con.executescript(SCHEMA)
     texts = sorted({t for _, t, _ in rows})
@@ -233,7 +233,7 @@ def _store(path, rows):
 
 def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
     pytest.importorskip("sklearn")
-    from gemmforge.search import ranker_train
+    from gemmforge.search.learn import ranker_train
     # synthetic readings: the wide tile wins where m is large, the small one where it is not
     rows = []
     for m in (64, 96, 128, 192, 512, 768, 1024, 2048):
@@ -249,7 +249,7 @@ def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
                               "--seed", "0", "--trees", "60"]) == 0
     model = ranker.read(out)
     assert model.programs == {PINGPONG: 72, TALL: 72, TRITON: 72}
-    assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
+    assert model.trained["command"].startswith("python3 -m gemmforge.search.learn.ranker_train")
     assert model.trained["validation"]["folds"] == 2
     assert model.trained["box"] == {"m": [64, 2048], "n": [1024, 4096], "k": [512, 4096]}
     assert model.covers(Problem(80, 4096, 2048)) and not model.covers(Problem(32, 4096, 2048))
@@ -264,7 +264,7 @@ def test_training_on_a_tiny_store_writes_a_model_that_ranks_like_it(tmp_path):
 
 
 def test_a_threshold_equal_to_a_row_s_value_is_written_to_send_that_row_left():
-    from gemmforge.search.ranker_train import short_threshold
+    from gemmforge.search.learn.ranker_train import short_threshold
     value = -2.6646096453060752  # 7 digits round it down, past the row: it would go right
     written = short_threshold(value, np.array([value - 1, value, value + 1e-3]))
     assert value <= written < value + 1e-3 and written == -2.6646096
@@ -288,7 +288,7 @@ def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
     import sys
     model = ranker.load()
     assert model is not None and model.device_class == "h100" and model.layout == "nn"
-    assert model.trained["command"].startswith("python3 -m gemmforge.search.ranker_train")
+    assert model.trained["command"].startswith("python3 -m gemmforge.search.learn.ranker_train")
     # trained on the grid and the random shapes off it: m from 17, n and k up to 32256
     assert model.covers(Problem(77, 24576, 4096)) and not model.covers(Problem(8, 4096, 4096))
     code = ("import sys\n"
@@ -308,7 +308,7 @@ def test_ragged_training_shapes_are_off_the_grid_and_off_the_judged_list():
     shape or one of the 30 shapes the off-grid rule is judged on, and the committed files
     are what the script draws."""
     from benchmark_scripts import BENCHMARKS, load
-    from gemmforge.search.shapes import shape_texts
+    from gemmforge.search.measure.shapes import shape_texts
     draw = load("ragged_shapes")
     shapes = draw.draw(300, 21)
     assert len(set(shapes)) == 300 and draw.draw(300, 21) == shapes != draw.draw(300, 22)

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from gemmforge.ir import parse, parse_problem
-from gemmforge.search.env import WORST_REWARD, reward
-from gemmforge.search.replay_reward import (
+from gemmforge.search.measure.env import WORST_REWARD, reward
+from gemmforge.search.learn.replay_reward import (
     DATA_FILE, ESTIMATE_PENALTY, Measured, ReplayReward, is_estimated, program_distance,
     read_measured)
 

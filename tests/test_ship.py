@@ -9,7 +9,7 @@ import pytest
 from gemmforge.cli import main
 from gemmforge.ir.program import Problem
 from gemmforge.dispatch.shipped import FORMAT, read
-from gemmforge.search.ship import ship
+from gemmforge.search.campaign.ship import ship
 
 A = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
 B = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/4 pred k1 persistent c1x1 pingpong tma"

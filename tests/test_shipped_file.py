@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gemmforge.ir.verify import check
-from gemmforge.search.grid_report import geomean
+from gemmforge.search.campaign.grid_report import geomean
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
 SHAPES = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes"
@@ -43,7 +43,7 @@ def test_the_package_ships_the_large_class_confirmations():
 def test_the_package_ships_the_nt_sample_and_llm_layers_for_the_h100():
     """Layout nt (a linear layer's x @ W.t()): issue 20's sample and LLM-layer shapes from
     their campaigns' confirmations (benchmarks/README.md, small_medium.py), each legal."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows if r.device_class == "h100"
             and str(r.problem.layout) == "nt"}
@@ -58,7 +58,7 @@ def test_the_package_ships_the_nt_sample_and_llm_layers_for_the_h100():
 def test_the_package_ships_every_grid_shape_for_the_h100():
     """The 813 shapes below 1e11 from the grid campaign's confirmations (benchmarks/README.md,
     grid_h100), the large class from hopper_large.py's: one legal program per grid shape."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows if r.device_class == "h100"}
     grid = parse_shapes("grid")
@@ -84,7 +84,7 @@ def test_the_package_ships_every_grid_shape_for_the_h200():
     (under_after_nn_h200_s35), and the rest of the thirty-fourth's rows re-timed as shipped for
     their call figures (calls_nn_h200_s35): one legal program per grid shape, each with the
     command that measured it on an H200."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
             if r.device_class == "h200" and str(r.problem.layout) == "nn"}
@@ -130,7 +130,7 @@ def test_the_package_ships_the_nt_shapes_for_the_h200():
     large ones chosen under load; the 120 below 1e11 whose program had pdl ranked after another
     kernel in the thirty-fourth session; the thirty-fifth's round at the 44 under 1.0x and the
     call figures of the rest, as for nn)."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     book = read(DEFAULT_PATH)
     rows = {r.problem: r for r in book.rows
             if r.device_class == "h200" and str(r.problem.layout) == "nt"}
@@ -171,7 +171,7 @@ def _s35_shapes(layout: str) -> tuple[set, set]:
     """The H200 rows of `layout` the thirty-fifth session's round re-chose (those under 1.0x
     after another kernel, and under 1.0x warm without an after figure), and those it re-timed
     as shipped for their call figures."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     return tuple(set(parse_shapes(f"@{SHAPES / f'{name}_{layout}_h200.txt'}", layout, "f32"))
                  for name in ("under_after", "no_call"))
 
@@ -186,6 +186,6 @@ def _check_s35_row(r, under: set) -> None:
 
 def _pdl_after_shapes(layout: str) -> set:
     """The H200 rows of `layout` the thirty-fourth session ranked after another kernel."""
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.measure.shapes import parse_shapes
     return {p for name in ("pdl_small", "pdl_rest")
             for p in parse_shapes(f"@{SHAPES / f'{name}_{layout}_h200.txt'}", layout, "f32")}

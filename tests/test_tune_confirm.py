@@ -1,4 +1,4 @@
-"""gemmforge tune's confirmation (search.confirm) through the Tuner on the replay runner: once
+"""gemmforge tune's confirmation (search.tune.confirm) through the Tuner on the replay runner: once
 a shape's budget is spent its best few and the database's entry are timed again together
 and the winner replaces a lucky reading; while the trials run their readings never displace
 an entry that a confirmation decides; without confirmation the best reading stands."""
@@ -8,10 +8,10 @@ import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.policy.heuristic import HeuristicPolicy
-from gemmforge.search import replay
-from gemmforge.search.database import TunedDatabase
-from gemmforge.search.records import replace
-from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+from gemmforge.search.measure import replay
+from gemmforge.search.tune.database import TunedDatabase
+from gemmforge.search.measure.records import replace
+from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
 
 PROBLEM = Problem(512, 2048, 1024)
 ARCHS = ("sm_90a",)

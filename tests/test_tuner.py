@@ -1,4 +1,4 @@
-"""gemmforge.search.tuner on the replay runner: policy proposals and sampler trials in one study, the
+"""gemmforge.search.tune.tuner on the replay runner: policy proposals and sampler trials in one study, the
 best recorded program found within budget, verify failures as FAIL trials, budgets, and
 resume after an exception or a killed process with no finished trial lost."""
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.policy.heuristic import HeuristicPolicy
-from gemmforge.search import replay
-from gemmforge.search.database import TunedDatabase
-from gemmforge.search.records import replace
-from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+from gemmforge.search.measure import replay
+from gemmforge.search.tune.database import TunedDatabase
+from gemmforge.search.measure.records import replace
+from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
 
 PROBLEM = Problem(512, 2048, 1024)
 ARCHS = ("sm_90a",)
@@ -101,8 +101,8 @@ _WORKER = textwrap.dedent("""
     import sys
     from gemmforge.ir.program import Problem
     from gemmforge.policy.heuristic import HeuristicPolicy
-    from gemmforge.search.replay import ReplayRunner
-    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.measure.replay import ReplayRunner
+    from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(budget=Budget(40), backends=("cuda_mma",), batch=4, seed=0,
                             heartbeat_s=1, grace_s=2)
     runner = ReplayRunner(archs=("sm_90a",), delay_s=0.1)
@@ -146,7 +146,7 @@ def test_resume_after_a_killed_process_loses_nothing(tmp_path):
 def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
     """ask() makes a trial RUNNING before the tuner records its first heartbeat; a process
     killed in between leaves a RUNNING trial with no heartbeat, which must not stay forever."""
-    from gemmforge.search.studies import fail_stale_trials, open_storage
+    from gemmforge.search.tune.studies import fail_stale_trials, open_storage
     storage = open_storage(_url(tmp_path), heartbeat_s=1, grace_s=1)
     study = optuna.create_study(storage=storage, study_name="orphan")
     study.enqueue_trial({"x": 1})
@@ -228,7 +228,7 @@ def test_the_random_start_is_legal_programs_only(tmp_path):
 def test_a_trial_keeps_a_failure_message_cut_and_every_other_field():
     """Tuner and campaign store a result's dict in a trial through one helper: a build log
     of any length costs MESSAGE_CHARS characters, the caller's dict is left as it was."""
-    from gemmforge.search.studies import MESSAGE_CHARS, trial_result
+    from gemmforge.search.tune.studies import MESSAGE_CHARS, trial_result
     data = {"status": "build_error", "message": "x" * (MESSAGE_CHARS + 50), "kernel_us": None}
     kept = trial_result(data)
     assert kept["message"] == "x" * MESSAGE_CHARS and kept["status"] == "build_error"
@@ -239,7 +239,7 @@ def test_a_trial_keeps_a_failure_message_cut_and_every_other_field():
 def test_a_run_over_another_space_continues_without_measuring_again(tmp_path):
     """optuna fixes a parameter's choices per study; a run whose backends give "backend"
     other choices continues a space study seeded with the earlier trials."""
-    from gemmforge.search.study_spaces import SPACE_MARK
+    from gemmforge.search.tune.study_spaces import SPACE_MARK
     runner = replay.ReplayRunner(archs=ARCHS)
 
     def run(backends, trials):
@@ -273,7 +273,7 @@ def _programs(tuner):
 def test_a_space_study_whose_seeding_was_cut_short_is_completed(tmp_path, monkeypatch):
     """A process killed between creating the space study and marking it seeded: the next
     run waits WAIT_S for it, then adds the trials it lacks, none twice."""
-    from gemmforge.search import study_spaces
+    from gemmforge.search.tune import study_spaces
     monkeypatch.setattr(study_spaces, "WAIT_S", 0.3)
     runner = replay.ReplayRunner(archs=ARCHS)
 

@@ -1,4 +1,4 @@
-"""search.wave_footprint: the operand bytes a grid's waves read, by raster, and the raster twins
+"""search.campaign.wave_footprint: the operand bytes a grid's waves read, by raster, and the raster twins
 a campaign re-run times beside each incumbent (`--twins raster`)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from gemmforge.ir import check, parse
 from gemmforge.ir.program import Arch, Problem, Raster, RasterOrder
-from gemmforge.search.portfolio import Portfolio
-from gemmforge.search.wave_footprint import footprint_bytes, raster_twins, tile_order
+from gemmforge.search.campaign.portfolio import Portfolio
+from gemmforge.search.campaign.wave_footprint import footprint_bytes, raster_twins, tile_order
 
 LARGE = "cuda_wgmma sm_90a 192x128x64 w1x1 s5 sw128 row/8 pred k1 persistent c2x1 pingpong tma"
 SMALL = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/1 pred k1 persistent c1x1 pingpong tma"

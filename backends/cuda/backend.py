@@ -15,6 +15,7 @@ from gemmforge.compiler.values import Artifact, Source, Target
 from gemmforge.backends.cuda.context import make_context
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import (
     DEFAULTS, Arch, Problem, Program, Swizzle,
 )
@@ -71,6 +72,7 @@ class CudaSimt(CudaBackend):
     name = "cuda_simt"
     path = "simt"
     instruction = "fma (SIMT)"
+    mma_family = MmaFamily.SIMT
     mma_shape = (4, 8, 8)  # a warp is 4 x 8 threads; loads move 8 halves
 
 
@@ -81,6 +83,7 @@ class CudaWmma(CudaBackend):
     name = "cuda_wmma"
     path = "wmma"
     instruction = "wmma m16n16k16"
+    mma_family = MmaFamily.WMMA
     mma_shape = (16, 16, 16)
 
 
@@ -91,5 +94,6 @@ class CudaMma(CudaBackend):
     name = "cuda_mma"
     path = "mma"
     instruction = "mma.sync.m16n8k16"
+    mma_family = MmaFamily.MMA_SYNC
     mma_shape = (16, 16, 16)  # ldmatrix.x4 feeds B in pairs of n8 blocks
     allowed = {**_ONLY_DEFAULT, "swizzle": frozenset(Swizzle)}

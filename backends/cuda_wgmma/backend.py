@@ -97,6 +97,7 @@ from gemmforge.backends.cuda_wgmma.context import (
 )
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import (
     MAX_STAGES, TILE_EXTRAS, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program,
     Reduction, Schedule, WarpSpec,
@@ -119,6 +120,7 @@ class CudaWgmma(CudaBackend):
     path = "wgmma"
     archs = frozenset({Arch.SM90A})
     instruction = "wgmma.mma_async"
+    mma_family = MmaFamily.WGMMA
     mma_shape = (64, 8, 16)   # m64nNk16; a warpgroup's N is any multiple of 8 up to 256
     unit_threads = 128        # Program.warps counts consumer warpgroups (of one tile)
     # verify's coarse bound; reason() checks each program's real setmaxnreg budget

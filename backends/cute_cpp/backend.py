@@ -25,6 +25,7 @@ from gemmforge.backends.cute_cpp.context import SELFTEST_DEFAULT, make_context
 from gemmforge.backends.cute_cpp.kernels import RASTERS
 from gemmforge.backends.templating import fingerprint, render
 from gemmforge.compiler import nvcc
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import Arch, Problem, Program, Swizzle
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -40,6 +41,7 @@ class CuteCpp(Backend):
     name = "cute_cpp"
     archs = frozenset({Arch.SM80, Arch.SM90A})
     instruction = "CUTLASS tensor-op MMA (64-row units)"
+    mma_family = MmaFamily.WGMMA
     mma_shape = (64, 8, 16)  # a warpgroup's GMMA is 64 rows, n in steps of 8, k 16
     unit_threads = 128
     tile_extras = frozenset({192})  # sm_90a only (legality): TileShape takes any GMMA multiple

@@ -44,6 +44,7 @@ from gemmforge.compiler.values import Artifact, BuildError, Source, Target
 from gemmforge.backends.cute_dsl import plan as planning
 from gemmforge.backends.cute_dsl import toolchain
 from gemmforge.backends.templating import render
+from gemmforge.ir.arch import MmaFamily
 from gemmforge.ir.program import (
     Arch, Cluster, Epilogue, Padding, Problem, Program, Schedule, SplitK, Swizzle, WarpSpec,
 )
@@ -79,6 +80,7 @@ class CuteDslBackend(Backend):
     name = "cute_dsl"
     archs = frozenset({Arch.SM80, Arch.SM90A})
     instruction = "mma.sync m16n8k16 (sm_80) / wgmma (sm_90a)"
+    mma_family = MmaFamily.WGMMA
     mma_shape = (16, 8, 16)
     unit_threads = 32
     allowed = {

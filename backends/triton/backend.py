@@ -18,7 +18,7 @@ from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import (
     TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, aligned_params, make_plan, template_context, uses_tma,
 )
-from gemmforge.ir.arch import LIMITS
+from gemmforge.ir.arch import LIMITS, MmaFamily
 from gemmforge.ir.program import (
     DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Reduction, Schedule, Swizzle,
     WarpSpec,
@@ -79,6 +79,7 @@ class TritonBackend(Backend):
     name = "triton"
     archs = frozenset({Arch.SM80, Arch.SM90A})
     instruction = "tl.dot (mma.sync on sm_80, wgmma on sm_90a)"
+    mma_family = MmaFamily.WGMMA
     mma_shape = (16, 16, 16)
     unit_threads = 32
     allowed = {

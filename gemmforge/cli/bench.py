@@ -66,7 +66,7 @@ def with_twins(programs, fields, problem) -> list:
 
 
 def _twin_fields(text: str | None) -> tuple[str, ...]:
-    from gemmforge.search.portfolio import TWIN_FIELDS
+    from gemmforge.search.campaign.portfolio import TWIN_FIELDS
     names = tuple(x.strip() for x in (text or "").split(",") if x.strip())
     unknown = [n for n in names if n not in TWIN_FIELDS]
     if unknown:
@@ -89,7 +89,7 @@ def _chosen(problems, arch, runner) -> dict:
 
 
 def _settings(args):
-    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.measure.records import BenchSettings
     arguments.at_least("--rounds", args.rounds)
     if not (math.isfinite(args.sustained_seconds) and args.sustained_seconds > 0):
         raise UsageError(f"--sustained-seconds: {args.sustained_seconds} must be a number > 0")
@@ -124,9 +124,9 @@ def _plan(args) -> tuple[list, object]:
 
 
 def cmd_bench(args) -> int:
-    from gemmforge.search.env import evaluate
-    from gemmforge.search.measure import BuilderPool, DeviceRunner
-    from gemmforge.search.report import write_report
+    from gemmforge.search.measure.env import evaluate
+    from gemmforge.search.measure.measure import BuilderPool, DeviceRunner
+    from gemmforge.search.measure.report import write_report
     from tqdm import tqdm
     plan, settings = _plan(args)
     twins = _twin_fields(args.twins)

@@ -1,4 +1,4 @@
-"""`gemmforge campaign`: tune the 1,000 grid shapes across many device calls (search.campaign).
+"""`gemmforge campaign`: tune the 1,000 grid shapes across many device calls (search.campaign.campaign).
 
     gemmforge campaign --storage campaign_h100.db --max-seconds 480        # first call
     gemmforge campaign --storage campaign_h100.db --max-seconds 480        # each later call
@@ -11,7 +11,7 @@
     gemmforge campaign --storage h200.db --shapes grid:large --incumbents shipped+siblings \
         --per-backend 0 --per-shape 2 --top 2   # on an H200: its own winners against the H100's
 
-The storage file is the whole campaign: it travels between calls and sessions. The first
+The storage file is the whole campaign: it travels between calls and machines. The first
 run's settings (the options below that default to "as stored") are kept in it, so a
 resume needs only --storage and --max-seconds. Every run prints a summary: measurements
 per pass, this run's candidates per second, shapes confirmed, weak shapes whose confirmation
@@ -24,11 +24,11 @@ device class's shipped program (dispatch.devices.SIBLINGS) after the own class's
 incumbents are read from the shipped file when a run starts: ship the re-run's winners after
 it ends, not between its calls.
 `--report NAME` writes the grid report from the store instead of measuring
-(search.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
+(search.campaign.grid_report: NAME.csv, NAME_decades.csv, NAME.png); `--with-shipped` fills the grid
 shapes the store lacks from the shipped file, `--shipped-only` takes every row from there
 (the report of what ships, for a device class the store names). A run with `--incumbents`
 also writes NAME_families.csv: each challenger's ratio to the incumbent beside it, a geomean
-per FLOP decade and over all (search.family_means), the check a round's gains should pass
+per FLOP decade and over all (search.campaign.family_means), the check a round's gains should pass
 before shipping (none for a re-timing, which confirms the incumbents alone).
 """
 from __future__ import annotations
@@ -98,9 +98,9 @@ def incumbents_from(options: dict, device: str) -> dict:
 def settings_from(options: dict, incumbents: dict | None = None):
     """A campaign.CampaignSettings from resolved options (UsageError if one is bad)."""
     from gemmforge.cli.common import UsageError
-    from gemmforge.search.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
-    from gemmforge.search.portfolio import Portfolio
-    from gemmforge.search.records import replace
+    from gemmforge.search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
+    from gemmforge.search.campaign.portfolio import Portfolio
+    from gemmforge.search.measure.records import replace
     from gemmforge.policy.registry import POLICIES
     if options["policy"] not in POLICIES:
         raise UsageError(f"--policy {options['policy']!r}: one of {', '.join(POLICIES)}")
@@ -127,23 +127,23 @@ def settings_from(options: dict, incumbents: dict | None = None):
 
 def make_runner(args):
     """The replayed runner (--replay) or the GPU's."""
-    from gemmforge.search.campaign_runners import GridRunner, ReplayGridRunner
+    from gemmforge.search.campaign.campaign_runners import GridRunner, ReplayGridRunner
     if args.replay:
-        from gemmforge.search.replay import ReplayRunner
+        from gemmforge.search.measure.replay import ReplayRunner
         records = None if args.replay == "synthetic" else args.replay
         return ReplayGridRunner(ReplayRunner(records, device=args.replay_device,
                                              delay_s=args.replay_delay))
-    from gemmforge.search.campaign import PORTFOLIO_BENCH
-    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.campaign.campaign import PORTFOLIO_BENCH
+    from gemmforge.search.measure.records import BenchSettings
     return GridRunner(0, builders=args.builders,  # the search pass times as the portfolio does
                       settings=BenchSettings(protocols=PORTFOLIO_BENCH.protocols))
 
 
 def cmd_campaign(args) -> int:
     from gemmforge.cli.common import UsageError
-    from gemmforge.search.campaign import PASSES, Campaign
-    from gemmforge.search.campaign_store import CampaignStore
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.campaign.campaign import PASSES, Campaign
+    from gemmforge.search.measure.campaign_store import CampaignStore
+    from gemmforge.search.measure.shapes import parse_shapes
     started = time.monotonic()
     passes = tuple(p for p in args.passes.split(",") if p)
     if set(passes) - set(PASSES):
@@ -188,13 +188,13 @@ class _StatusRunner:
 
     def __init__(self, store):
         self.device = store.get("device", "")
-        from gemmforge.search.runners import archs_for_sm
+        from gemmforge.search.measure.runners import archs_for_sm
         self.archs = archs_for_sm(90)
 
 
 def _report(store, problems, settings, args) -> int:
-    from gemmforge.search.campaign import Campaign
-    from gemmforge.search.grid_report import write_grid_report
+    from gemmforge.search.campaign.campaign import Campaign
+    from gemmforge.search.campaign.grid_report import write_grid_report
     campaign = None if args.shipped_only else Campaign(store, _StatusRunner(store), problems,
                                                         settings, progress=False)
     command = store.get("command", "gemmforge campaign")
@@ -211,9 +211,9 @@ def _report_families(campaign, store, args) -> None:
     """NAME_families.csv: each challenger against the incumbent (the program each shape's
     first portfolio plan put first) in the same confirmation groups; printed as well. A run
     that timed the incumbents alone (a re-timing) has no challengers and writes no table."""
-    from gemmforge.search.family_means import (
+    from gemmforge.search.campaign.family_means import (
         COLUMNS, against_incumbents, markdown, winners_against_incumbents)
-    from gemmforge.search.grid_report import write_rows
+    from gemmforge.search.campaign.grid_report import write_rows
 
     def incumbent_of(problem):
         return next(iter(store.planned(problem, "portfolio")), None)
@@ -237,8 +237,8 @@ def _shipped_fill(store, problems, every: bool = False) -> list:
     grid shapes) of the store's device class, layout and accumulator."""
     from gemmforge.cli.common import UsageError
     from gemmforge.dispatch.devices import device_class
-    from gemmforge.search.grid_report import shipped_rows
-    from gemmforge.search.shapes import parse_shapes
+    from gemmforge.search.campaign.grid_report import shipped_rows
+    from gemmforge.search.measure.shapes import parse_shapes
     device = store.get("device", "")
     cls = device_class(device)
     if cls is None or not problems:
@@ -283,7 +283,7 @@ def add_to(sub) -> None:
     c.add_argument("--twins", help="comma list of boolean fields (pdl, swap_ab) set on "
                                    "each incumbent as an extra candidate where legal, and/or "
                                    "raster: the incumbent with the rasters whose waves read "
-                                   "fewest bytes there (search.wave_footprint)")
+                                   "fewest bytes there (search.campaign.wave_footprint)")
     c.add_argument("--chunk", type=int, help="portfolio candidates per batch (96)")
     c.add_argument("--threshold", type=float, help="search where the portfolio's best is "
                                                    "below this x cuBLAS (1.0)")

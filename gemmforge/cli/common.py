@@ -25,9 +25,9 @@ def parse_shape(value: str, layout: str, acc: str) -> Problem:
 
 
 def check_report_args(name: str, report_dir: str | None, option: str) -> None:
-    """UsageError for a report name search.report can't write (`option` names the flag)
+    """UsageError for a report name search.measure.report can't write (`option` names the flag)
     or a --report-dir that can't be a folder."""
-    from gemmforge.search.report import check_name
+    from gemmforge.search.measure.report import check_name
     try:
         check_name(name)
     except ValueError as e:

@@ -1,4 +1,4 @@
-"""`gemmforge ship`: build the shipped-programs file from confirmation CSVs (search.ship).
+"""`gemmforge ship`: build the shipped-programs file from confirmation CSVs (search.campaign.ship).
 
     gemmforge ship --from benchmarks/results/hopper_population_h100_v17_confirm_{a,b,c}.csv \
         --device-class h100 --command "python3 benchmarks/hopper_large.py --all ..."
@@ -15,7 +15,7 @@ from gemmforge.cli.common import UsageError
 
 def cmd_ship(args) -> int:
     from gemmforge.dispatch.devices import check_class
-    from gemmforge.search.ship import ship
+    from gemmforge.search.campaign.ship import ship
     from gemmforge.dispatch.shipped import DEFAULT_PATH
     paths = [Path(p) for p in args.sources]
     missing = [str(p) for p in paths if not p.is_file()]
@@ -25,7 +25,7 @@ def cmd_ship(args) -> int:
         want = check_class(args.device_class) if args.device_class else None
     except ValueError as e:
         raise UsageError(f"--device-class: {e}") from None
-    from gemmforge.search.portfolio import CLASSES
+    from gemmforge.search.measure.shapes import CLASSES
     shape_classes = None
     if args.shape_classes:
         shape_classes = frozenset(c.strip() for c in args.shape_classes.split(",") if c.strip())
@@ -57,7 +57,7 @@ def add_to(sub) -> None:
     s = sub.add_parser("ship", help="build the shipped-programs file from confirmation CSVs",
                        description="build the shipped-programs file from confirmation CSVs: per "
                                    "(device class, layout, acc, shape) the program with the best "
-                                   "median over its readings (search.ship)")
+                                   "median over its readings (search.campaign.ship)")
     s.add_argument("--from", dest="sources", nargs="+", required=True, metavar="CSV",
                    help="confirmation CSVs (results-file columns)")
     s.add_argument("--device-class", help="ship only rows of this class (h100, h200, a100, ...)")

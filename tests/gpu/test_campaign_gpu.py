@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 
 from gemmforge.ir.program import Problem  # noqa: E402
 from gemmforge.ir.text import parse  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
-from gemmforge.search.records import BenchSettings, MeasureRequest  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings, MeasureRequest  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -45,11 +45,11 @@ def test_sustained_protocol_on_a_large_shape():
 
 @pytest.mark.skipif(not _hopper(), reason="the portfolio is sm_90a")
 def test_a_small_campaign_on_the_gpu(tmp_path):
-    from gemmforge.search.campaign import Campaign, CampaignSettings
-    from gemmforge.search.campaign_runners import GridRunner
-    from gemmforge.search.campaign_store import CampaignStore
-    from gemmforge.search.portfolio import Portfolio
-    from gemmforge.search.records import replace
+    from gemmforge.search.campaign.campaign import Campaign, CampaignSettings
+    from gemmforge.search.campaign.campaign_runners import GridRunner
+    from gemmforge.search.measure.campaign_store import CampaignStore
+    from gemmforge.search.campaign.portfolio import Portfolio
+    from gemmforge.search.measure.records import replace
     settings = CampaignSettings(
         portfolio=Portfolio(per_backend=2, per_shape=6, lists=(
             ("large", str(ROOT / "benchmarks" / "programs" / "hopper_population.txt")),)),

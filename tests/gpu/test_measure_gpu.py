@@ -1,4 +1,4 @@
-"""GPU tier for search.measure / search.bench / search.env: a real cuda_simt kernel measured
+"""GPU tier for search.measure.measure / search.measure.bench / search.measure.env: a real cuda_simt kernel measured
 against cuBLAS, a real kernel computing the wrong thing caught by the gate, and a real
 illegal-address crash that costs one worker, not the batch. Run on the GPU machine:
 
@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 
 from gemmforge.ir.program import Problem  # noqa: E402
 from gemmforge.ir.text import parse  # noqa: E402
-from gemmforge.search import env, gate, report  # noqa: E402
-from gemmforge.search.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
-from gemmforge.search.records import BenchSettings, MeasureRequest  # noqa: E402
-from gemmforge.search.worker import resolve  # noqa: E402
+from gemmforge.search.measure import env, gate, report  # noqa: E402
+from gemmforge.search.measure.measure import BuilderPool, DeviceRunner, measure  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings, MeasureRequest  # noqa: E402
+from gemmforge.search.measure.worker import resolve  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

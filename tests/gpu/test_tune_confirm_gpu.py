@@ -1,4 +1,4 @@
-"""GPU tier for `gemmforge tune`'s confirmation (search.confirm) below the large class: the
+"""GPU tier for `gemmforge tune`'s confirmation (search.tune.confirm) below the large class: the
 trials are timed with the kernel protocol, the confirmation after another kernel too, and
 the database entry is its best there. Run on the GPU machine:
 
@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gemmforge.ir.program import Problem  # noqa: E402
-from gemmforge.search.records import BenchSettings  # noqa: E402
-from gemmforge.search.selection import selection_ratio  # noqa: E402
+from gemmforge.search.measure.records import BenchSettings  # noqa: E402
+from gemmforge.search.measure.selection import selection_ratio  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.gpu,
                     reason="the heuristic's cuda_wgmma proposals need sm_90")
 def test_a_small_shape_is_confirmed_after_another_kernel(tmp_path):
     from gemmforge.policy.heuristic import HeuristicPolicy
-    from gemmforge.search.database import TunedDatabase
-    from gemmforge.search.runners import HarnessRunner
-    from gemmforge.search.tuner import Budget, Tuner, TuneSettings
+    from gemmforge.search.tune.database import TunedDatabase
+    from gemmforge.search.measure.runners import HarnessRunner
+    from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
     problem = Problem(512, 1024, 512)
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     database = TunedDatabase(url)

@@ -30,8 +30,8 @@ ENGINE_OPTS = {"enforce_eager": True, "max_num_batched_tokens": 32768}
 
 def reward_of(program, problem) -> float:
     """The replay runner's reward for `program` (its synthetic H200 model)."""
-    from gemmforge.search.env import reward
-    from gemmforge.search.replay import ReplayRunner
+    from gemmforge.search.measure.env import reward
+    from gemmforge.search.measure.replay import ReplayRunner
     return reward(ReplayRunner().evaluate([program], problem)[0])
 
 

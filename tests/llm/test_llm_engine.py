@@ -36,8 +36,8 @@ def test_offline_engine_proposes_schema_valid_verified_programs(engine_sampler, 
 
 
 def test_llm_policy_enters_a_tuner_run_on_the_replay_runner(engine_sampler, report, tmp_path):
-    tuner_mod = pytest.importorskip("gemmforge.search.tuner")
-    from gemmforge.search.replay import ReplayRunner
+    tuner_mod = pytest.importorskip("gemmforge.search.tune.tuner")
+    from gemmforge.search.measure.replay import ReplayRunner
     problem = PROBLEMS[0]
     policy = LLMPolicy(sampler=engine_sampler, seed=1, dataset=tmp_path / "tune.jsonl",
                        max_n=4, rounds=1)

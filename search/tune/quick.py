@@ -1,0 +1,136 @@
+"""The quick tune: a shape off the grid timed with a few candidates from its neighbourhood.
+
+    programs = neighbour_candidates(Problem(77, 4096, 4096), Arch.SM90A, "h100")
+    outcomes = quick_tune(runner, problems, database, command="gemmforge tune --quick ...")
+
+A shape the shipped file lacks gets its nearest shipped shape's program (dispatch.choice),
+which reached only 0.868x of tuning the shape itself over 30 model layer shapes on an H100
+(benchmarks/NOTES.md, off-grid shapes). Timing a handful of candidates at the shape closes most of
+that gap (0.974 replayed from the off-grid campaign's readings): the programs of the
+`shipped` nearest distinct shipped shapes (by dispatch.choice.distance, within MAX_DISTANCE,
+usable at the shape), then the heuristic policy's top `per_backend` of each backend in
+QUICK_BACKENDS. They are timed in ONE group beside cuBLAS through a campaign runner's
+`measure_groups` (search.campaign.campaign_runners: the GPU's GridRunner re-gates every result after
+timing; ReplayGridRunner answers without a GPU), and the best ok result becomes the user's
+tuned database entry for (runner.device, shape), so the resolver serves it next time as
+"tuned-exact" (where the runner's device has a class: replayed and synthetic ones don't).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gemmforge.ir.program import Arch, Problem, Program
+from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve, usable
+from gemmforge.dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
+from gemmforge.search.measure.records import BenchSettings, Result
+from gemmforge.search.measure.selection import selection_ratio
+
+QUICK_BACKENDS = ("cuda_wgmma", "triton")
+"""The heuristic's backends for the quick tune: the two that won the grid campaign."""
+SHIPPED = 4       # nearest distinct shipped programs per shape
+PER_BACKEND = 2   # heuristic proposals per backend
+QUICK_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "after"), rounds=10)
+"""The group's timing: the campaign's confirmation settings (search.campaign.campaign.CONFIRM_BENCH),
+so a quick-tuned entry carries the same figures as a confirmed one and is picked the same way
+(search.measure.selection.selection_ratio)."""
+STUDY = "quick"  # the tuned database's `study` column for quick-tuned rows
+
+
+def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
+                         shipped: int = SHIPPED, per_backend: int = PER_BACKEND, *,
+                         backends: tuple[str, ...] = QUICK_BACKENDS, shipped_path=None,
+                         max_distance: float = MAX_DISTANCE) -> list[Program]:
+    """Distinct programs usable at `problem` (dispatch.choice.usable): the `shipped` nearest
+    shipped shapes' programs for `device_class` (its own class before its siblings at equal
+    distance, then the higher measured speedup), nearest first; then the heuristic's top
+    `per_backend` of each of `backends` not already listed. With no class, or nothing
+    shipped within `max_distance` octaves, the heuristic's alone."""
+    out: list[Program] = []
+    for program in _shipped_nearest(problem, arch, device_class, shipped_path, max_distance):
+        if len(out) == shipped:
+            break
+        if program not in out:
+            out.append(program)
+    from gemmforge.policy.heuristic import HeuristicPolicy
+    for backend in backends:
+        for program in HeuristicPolicy(backend).propose(problem, arch, per_backend):
+            if program not in out and usable(program, problem):
+                out.append(program)
+    return out
+
+
+def _shipped_nearest(problem, arch, cls, path, limit) -> list[Program]:
+    """Programs of the shipped rows of `cls` and its siblings within `limit`, usable at
+    `problem`, in the order neighbour_candidates documents (duplicates kept)."""
+    if not cls:
+        return []
+    from gemmforge.dispatch.shipped import shipped
+    book, classes = shipped(path), lookup_classes(cls)
+    rows = []
+    for rank, c in enumerate(classes):
+        for row in book.group(c, problem):
+            d = distance(problem, row.problem)
+            if d <= limit and row.program.arch == arch:
+                rows.append((d, rank, -(row.speedup or 0.0), str(row.problem), row.program))
+    rows.sort(key=lambda r: r[:4])
+    return [r[4] for r in rows if usable(r[4], problem)]
+
+
+@dataclass
+class QuickOutcome:
+    """One shape's quick tune: the candidates' texts and Results (same order), the best ok
+    Result (None: none measured ok), whether the database kept it, and the resolver's
+    provenance before and after."""
+
+    problem: Problem
+    candidates: list[str]
+    results: list[Result] = field(default_factory=list)
+    best: Result | None = None
+    recorded: bool = False
+    before: str = ""
+    after: str = ""
+
+
+def lookup_class(runner, arch: Arch) -> tuple[str, bool]:
+    """The device class to take shipped neighbours from, and whether it is the runner's
+    own: the runner's device's class, else (a replayed or synthetic device) the arch's
+    default class (dispatch.devices.DEFAULT_CLASS), whose rows then only seed the candidates."""
+    cls = device_class(runner.device)
+    return (cls, True) if cls else (DEFAULT_CLASS[arch], False)
+
+
+def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
+               settings: BenchSettings = QUICK_BENCH, shipped: int = SHIPPED,
+               per_backend: int = PER_BACKEND, backends: tuple[str, ...] = QUICK_BACKENDS,
+               shipped_path=None, seed: int = 0) -> list[QuickOutcome]:
+    """Quick-tune `problems` on `runner` (a GridRunner or ReplayGridRunner) for its preferred
+    arch: each shape's neighbour_candidates timed as one group beside cuBLAS, the best ok
+    recorded in `database` (search.tune.database.TunedDatabase) under
+    runner.device with `command` and study "quick" (kept only if it beats the stored row); best
+    as a campaign's confirmation picks (search.measure.selection.selection_ratio: after another kernel
+    where measured).
+    Returns one QuickOutcome per problem, in order."""
+    arch = runner.archs[0]
+    cls, own = lookup_class(runner, arch)
+    served = cls if own else None  # the class whose resolver a record can change
+    outcomes = {}
+    for p in problems:
+        before = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path)
+        programs = neighbour_candidates(p, arch, cls, shipped, per_backend, backends=backends,
+                                        shipped_path=shipped_path)
+        outcomes[p] = QuickOutcome(p, [str(x) for x in programs], before=before.provenance)
+
+    def on_group(problem: Problem, results: list[Result]) -> None:
+        outcome = outcomes[problem]
+        outcome.results = results
+        ok = [r for r in results if r.ok and r.speedup is not None]
+        outcome.best = max(ok, key=lambda r: selection_ratio(problem, r)) if ok else None
+        if outcome.best is not None:
+            outcome.recorded = database.record(runner.device, problem, outcome.best, command,
+                                               study=STUDY)
+    groups = [(p, o.candidates) for p, o in outcomes.items() if o.candidates]
+    runner.measure_groups(groups, settings, on_group, seed=seed)
+    for p, o in outcomes.items():
+        o.after = resolve(p, arch, served, tuned_url=database.url,
+                          shipped_path=shipped_path).provenance
+    return list(outcomes.values())
