@@ -10,8 +10,8 @@ from __future__ import annotations
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from gemmforge.backends.base import Backend
-from gemmforge.ir.capabilities import table as registry
+from .base import Backend
+from ..ir.capabilities import table as registry
 
 ENTRY_POINT_GROUP = "gemmforge.backends"
 _IN_TREE = ("gemmforge.backends.cuda", "gemmforge.backends.triton", "gemmforge.backends.cute_cpp",

@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from gemmforge.compiler.values import Artifact, Source, Target
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program, Reduction
+from ..compiler.values import Artifact, Source, Target
+from ..ir.arch import MmaFamily
+from ..ir.program import Accum, Arch, Layout, Problem, Program, Reduction
 
 
 class Backend(ABC):

@@ -22,11 +22,11 @@ import ctypes
 import json
 from pathlib import Path
 
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.runtime import Kernel, loader
-from gemmforge.compiler.values import Artifact, Source, Target
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program, Reduction
+from .base import Backend
+from ..compiler.runtime import Kernel, loader
+from ..compiler.values import Artifact, Source, Target
+from ..ir.arch import MmaFamily
+from ..ir.program import DEFAULTS, Arch, Problem, Program, Reduction
 
 _ONLY_DEFAULT = {name: frozenset({getattr(DEFAULTS, name)})
                  for name in ("schedule", "cluster", "warp_spec", "epilogue")}
@@ -64,7 +64,7 @@ class HostKernel(Kernel):
 
     def __init__(self, artifact: Artifact):
         super().__init__(artifact)
-        from gemmforge.ir.text import parse
+        from ..ir.text import parse
         self.program = parse(artifact.program_text)
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gemmforge.backends import registry
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.artifacts import ArtifactCache, cache_key
-from gemmforge.compiler.knobs import knobs
-from gemmforge.compiler.runtime import Kernel, artifact_meta_json
-from gemmforge.compiler.runtime import load as load_artifact
-from gemmforge.compiler.values import Artifact, Source, Target
-from gemmforge.ir import graph
-from gemmforge.ir.program import Problem, Program
-from gemmforge.ir.verify import verify
+from . import registry
+from .base import Backend
+from ..compiler.artifacts import ArtifactCache, cache_key
+from ..compiler.knobs import knobs
+from ..compiler.runtime import Kernel, artifact_meta_json
+from ..compiler.runtime import load as load_artifact
+from ..compiler.values import Artifact, Source, Target
+from ..ir import graph
+from ..ir.program import Problem, Program
+from ..ir.verify import verify
 
 STAGES = ("verify", "lower", "build", "load")
 
@@ -55,7 +55,7 @@ def lower_stage(backend: Backend, program: Program, problem: Problem) -> Source:
 
 def build_stage(backend: Backend, source: Source, target: Target,
                 cache: ArtifactCache | None) -> Artifact:
-    from gemmforge.compiler import nvcc
+    from ..compiler import nvcc
     key = cache_key(source, target, backend.fingerprint(), nvcc.version())
     cache = cache or ArtifactCache(knobs().cache_dir)
     artifact = cache.get(key) or cache.put(key, lambda d: backend.build(source, target, d))

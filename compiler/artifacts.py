@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from gemmforge.compiler.values import Artifact, Source, Target
-from gemmforge.ir.program import Accum, Layout
+from .values import Artifact, Source, Target
+from ..ir.program import Accum, Layout
 
 RECORD = "artifact.json"
 

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gemmforge.compiler.knobs import knobs
-from gemmforge.compiler.values import BuildError
-from gemmforge.ir.program import Arch
+from .knobs import knobs
+from .values import BuildError
+from ..ir.program import Arch
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "-lineinfo")
 

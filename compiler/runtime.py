@@ -17,8 +17,8 @@ import json
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from gemmforge.compiler.values import Artifact
-from gemmforge.ir.program import Layout
+from .values import Artifact
+from ..ir.program import Layout
 
 _LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gemmforge.ir.program import Accum, Layout, Problem, Program
+from ..ir.program import Accum, Layout, Problem, Program
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.dispatch.devices import lookup_classes, multiprocessors
-from gemmforge.dispatch.waves import predicted_us
+from ..ir.program import Arch, Problem, Program
+from .devices import lookup_classes, multiprocessors
+from .waves import predicted_us
 
 MAX_DISTANCE = 1.0
 """The farthest a measured shape may lie from the asked one (distance(), in octaves) for its
@@ -182,7 +182,7 @@ def resolve(problem: Problem, arch: Arch, device_class: str | None, *,
                           shipped_path=shipped_path, use_tuned=use_tuned,
                           max_distance=max_distance, exclude=exclude, rule=rule, model=model)
     choice = _cublas_rule(choice, cublas)
-    from gemmforge.compiler.knobs import knobs
+    from ..compiler.knobs import knobs
     return choice if knobs().pdl or choice.cublas else without_pdl(choice)
 
 
@@ -263,7 +263,7 @@ def _resolve(problem: Problem, arch: Arch, device_class: str | None, *, tuned_ur
 
 def _heuristic(problem: Problem, arch: Arch, exclude: frozenset) -> Choice:
     """The heuristic policy's program, of its first preferred backend not `exclude`d."""
-    from gemmforge.policy.heuristic import PREFERRED, default_program
+    from ..policy.heuristic import PREFERRED, default_program
     for backend in [b for b in PREFERRED[arch] if b not in exclude] if exclude else [None]:
         try:
             return Choice(default_program(problem, arch, backend), "heuristic")
@@ -309,7 +309,7 @@ def learned_pick(problem: Problem, fallback: Choice, book, exclude=frozenset(),
     if (fallback.source != "shipped" or fallback.distance == 0.0) and not far:
         return fallback
     cls = device_class if far else fallback.device_class
-    from gemmforge.dispatch import ranker
+    from . import ranker
     model = model if model is not None else ranker.load(layout=problem.layout.value)
     sms = multiprocessors(cls)
     if (model is None or sms is None or model.device_class not in lookup_classes(cls)
@@ -365,8 +365,8 @@ def usable(program: Program, problem: Problem) -> bool:
     """`program` is legal at `problem` and its backend can build on this machine (a shipped
     cute_cpp program needs the CUTLASS headers: without them a neighbour's program or the
     heuristic's serves instead of a failing build)."""
-    from gemmforge.ir.capabilities import table
-    from gemmforge.ir.verify import check
+    from ..ir.capabilities import table
+    from ..ir.verify import check
     if check(program, problem) is not None:
         return False
     return table.get(program.backend).unavailable() is None
@@ -376,7 +376,7 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
     """Legal candidates from the user's tuned database, [] without SQLAlchemy or a database."""
     if not classes:
         return []
-    from gemmforge.dispatch.tuned import tuned_candidates
+    from .tuned import tuned_candidates
     out = []
     for e, cls in tuned_candidates(problem, arch, classes, url):
         d = distance(problem, e.problem)
@@ -387,7 +387,7 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
 
 
 def _book(path):
-    from gemmforge.dispatch.shipped import shipped
+    from .shipped import shipped
     return shipped(path)
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from gemmforge.ir.devices import DEVICES
-from gemmforge.ir.program import Arch
+from ..ir.devices import DEVICES
+from ..ir.program import Arch
 
 _CHIP = re.compile(r"\b(gh\d{3}|[a-z]{1,2}\d{2,3}[a-z]?)\b")
 """A chip family in a lower-cased device name: h100, h200, a100, gh200, l40s. A name without

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gemmforge.ir.program import Epilogue, Problem, Program, Schedule, WarpSpec
+from ..ir.program import Epilogue, Problem, Program, Schedule, WarpSpec
 
 FORMAT = "gemmforge-ranker/1"
 DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json"  # layout nn's

@@ -25,13 +25,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmforge.compiler.knobs import knobs
-from gemmforge.ir.program import Problem, Program
+from ..compiler.knobs import knobs
+from ..ir.program import Problem, Program
 
 FORMAT = "gemmforge-shipped/1"
 CUBLAS = "cublas"
 """A row's program text where cuBLAS won the shape's confirmation: the runtime calls cuBLAS
-there (search.choice), and no program of ours serves the shape."""
+there (dispatch.choice), and no program of ours serves the shape."""
 DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json"
 FIGURES = ("kernel_us", "cublas_us", "speedup", "min_speedup", "cold_us", "cublas_cold_us",
            "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us", "after_us",
@@ -96,7 +96,7 @@ def _rounded(name: str, value: float | None) -> float | None:
 
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str) -> Program:
-    from gemmforge.ir.text import parse
+    from ..ir.text import parse
     return parse(text)
 
 

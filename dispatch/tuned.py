@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from gemmforge.ir.program import Arch, Problem, Program
+from ..ir.program import Arch, Problem, Program
 
 TABLE = "gemmforge_tuned"
 DB_FILE = "tuning.db"
@@ -30,7 +30,7 @@ SQLITE_TIMEOUT_S = 60
 def default_storage() -> str:
     """$GEMMFORGE_TUNE_DB if set (an SQLAlchemy URL), else
     sqlite:///<user cache dir>/gemmforge/tuning.db (the folder is created)."""
-    from gemmforge.compiler.knobs import knobs
+    from ..compiler.knobs import knobs
     url = knobs().tune_db
     if url:
         return url
@@ -98,7 +98,7 @@ class Entry:
 
 
 def _entry(row) -> Entry:
-    from gemmforge.ir.text import parse
+    from ..ir.text import parse
     problem = Problem(row.m, row.n, row.k, row.layout, row.acc)
     return Entry(row.device, problem, parse(row.program), row.kernel_us, row.cublas_us,
                  row.speedup, row.call_us, row.cublas_call_us, row.call_speedup, row.command,
@@ -146,7 +146,7 @@ class TunedTable:
         accumulator, an `arch` program and a device of one of `classes` (dispatch.devices:
         replayed and synthetic devices have none). Distance and legality are the reader's
         to judge (dispatch.choice)."""
-        from gemmforge.dispatch.devices import device_class
+        from .devices import device_class
         t = self.table
         query = t.select().where((t.c.layout == str(problem.layout)) &
                                  (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from gemmforge.ir.program import Problem, Program, Schedule
+from ..ir.program import Problem, Program, Schedule
 
 
 def waves(program: Program, problem: Problem, sms: int) -> float:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from gemmforge.ir.capabilities import table as _capabilities
-from gemmforge.ir.program import Problem, Program
-from gemmforge.ir.text import parse
+from .ir.capabilities import table as _capabilities
+from .ir.program import Problem, Program
+from .ir.text import parse
 
 try:
     __version__ = _metadata.version("gemmforge")

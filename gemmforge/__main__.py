@@ -1,6 +1,6 @@
 """`python -m gemmforge ...`: the gemmforge command."""
 import sys
 
-from gemmforge.cli import main
+from .cli import main
 
 sys.exit(main())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gemmforge.errors import Failure, UsageError
-from gemmforge.ir.program import IRError
+from .errors import Failure, UsageError
+from .ir.program import IRError
 
 STORAGE_CONNECT_TIMEOUT_S = 10
 STORAGE_EXAMPLES = "e.g. sqlite:///tune.db or postgresql+psycopg://user@host/db"
@@ -32,7 +32,7 @@ def positive_seconds(name: str, value: float | None) -> float | None:
 
 def _shape_texts(spec: str, name: str) -> list[str]:
     """search.measure.shapes.shape_texts with each way it can fail said as a UsageError."""
-    from gemmforge.search.measure.shapes import shape_texts
+    from .search.measure.shapes import shape_texts
     if spec.startswith("sample:"):
         parts = spec.split(":")
         grid = shape_texts("grid")
@@ -64,7 +64,7 @@ def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shape
 
 def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape"):
     """One Problem from MxNxK and the layout and accumulator options."""
-    from gemmforge.ir.text import parse_problem
+    from .ir.text import parse_problem
     try:
         return parse_problem(f"{text} {layout} {acc}")
     except IRError as e:
@@ -95,7 +95,7 @@ def backends(text: str | None, name: str = "--backends") -> tuple[str, ...] | No
     """A comma list of registered backend names (None or empty: every one)."""
     if text is None:
         return None
-    from gemmforge.backends import registry
+    from .backends import registry
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     if not names:
         raise UsageError(f"{name}: no backend in {text!r}")
@@ -109,8 +109,8 @@ def backends(text: str | None, name: str = "--backends") -> tuple[str, ...] | No
 
 def program(value: str, name: str = "--program"):
     """A Program from text, JSON or @file; an empty value is an error, not "none"."""
-    from gemmforge.ir.schema import from_json
-    from gemmforge.ir.text import parse
+    from .ir.schema import from_json
+    from .ir.text import parse
     text = text_file(name, value[1:]) if value.startswith("@") else value
     text = text.strip()
     if not text:
@@ -123,7 +123,7 @@ def replay(value: str | None, name: str = "--replay") -> str | None:
     """'synthetic', or a record file that holds at least one record."""
     if value is None or value == "synthetic":
         return value
-    from gemmforge.search.measure.replay import load_records
+    from .search.measure.replay import load_records
     text_file(name, value)  # missing, unreadable or binary: said plainly
     try:
         records = load_records(value)
@@ -149,7 +149,7 @@ def output_folder(path: str, name: str = "-o") -> Path:
 
 def environment() -> None:
     """Every GEMMFORGE_* setting readable (compiler.knobs raises KnobError, exit 2)."""
-    from gemmforge.compiler.knobs import knobs
+    from .compiler.knobs import knobs
     knobs()
 
 
@@ -190,7 +190,7 @@ def storage(url: str, name: str = "--storage") -> str:
         with engine.connect():
             pass
     except sqlalchemy.exc.DBAPIError as e:
-        from gemmforge.errors import one_line
+        from .errors import one_line
         raise Failure(f"{name}: can't open {shown}: {one_line(e.orig or e)}") from None
     finally:
         engine.dispose()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gemmforge.backends import registry
-from gemmforge.compiler.values import BuildError
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.ir.verify import VerifyError, verify
+from .backends import registry
+from .compiler.values import BuildError
+from .ir.program import Arch, Problem, Program
+from .ir.verify import VerifyError, verify
 
 
 def choose_program(problem: Problem, arch: Arch, program: Program | None = None,
@@ -20,8 +20,8 @@ def choose_program(problem: Problem, arch: Arch, program: Program | None = None,
     `arch`), else dispatch.choice's resolution for a device of `device_class` (default: the
     arch's dispatch.devices.DEFAULT_CLASS): tuned, shipped or the heuristic's."""
     if program is None:
-        from gemmforge.ops import choice_for
-        from gemmforge.dispatch.devices import DEFAULT_CLASS
+        from .ops import choice_for
+        from .dispatch.devices import DEFAULT_CLASS
         choice = choice_for(problem, arch, device_class or DEFAULT_CLASS[arch])
         return choice.program, choice.line()
     if program.arch != arch:
@@ -45,7 +45,7 @@ def emit(problem: Problem, program: Program, out_dir: Path) -> Path:
 
 def build_selftest(cu_path: Path, program: Program, device_sm: int | None = None) -> Path:
     """Compile the file's self-test executable next to it (BuildError with the command)."""
-    from gemmforge.compiler import nvcc
+    from .compiler import nvcc
     exe = cu_path.with_suffix("")
     flags = [*nvcc.gencode(program.arch, device_sm), *registry.get(program.backend).nvcc_flags(program)]
     nvcc.compile_cuda(cu_path, exe, [*flags, "-DGEMMFORGE_STANDALONE_MAIN"], shared=False)

@@ -50,8 +50,8 @@ def signal_exit_code(exc: BaseException) -> int:
 def report(exc: BaseException, debug: bool = False) -> int:
     """Print `exc` as the command's one line on stderr (after its traceback when `debug`)
     and return the exit code it means."""
-    from gemmforge.compiler.knobs import KnobError
-    from gemmforge.ir.program import IRError
+    from .compiler.knobs import KnobError
+    from .ir.program import IRError
     if debug:
         traceback.print_exception(exc)
     if isinstance(exc, KeyboardInterrupt):
@@ -72,7 +72,7 @@ def report(exc: BaseException, debug: bool = False) -> int:
 
 
 def _is_build_error(exc: BaseException) -> bool:
-    from gemmforge.compiler.values import BuildError
+    from .compiler.values import BuildError
     return isinstance(exc, BuildError)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from gemmforge.torch_op import bucket
+from .torch_op import bucket
 
 _prepared: set[tuple] = set()  # (bucket, n, k, device) whose table entry is filled
 _lock = threading.Lock()
@@ -45,7 +45,7 @@ def linear(x, weight, bias=None):
 
 def prepare_key(key: tuple) -> None:
     """Fill the op's table for `key` = (bucket, n, k, device), once (gemmforge.ops.prepare)."""
-    from gemmforge.ops import prepare
+    from .ops import prepare
     with _lock:
         if key in _prepared:
             return
@@ -65,7 +65,7 @@ def forget() -> None:
     """Forget what was prepared (the op's table too): the next call of each bucket resolves
     again (after a tune, say)."""
     import torch
-    from gemmforge import ops
+    from . import ops
     with _lock:
         _prepared.clear()
         ops._routes.clear()

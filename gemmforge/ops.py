@@ -25,8 +25,8 @@ from __future__ import annotations
 import threading
 import warnings
 
-from gemmforge.compiler.runtime import Kernel
-from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program
+from .compiler.runtime import Kernel
+from .ir.program import Accum, Arch, Layout, Problem, Program
 
 OP_HOST_BOUND_FLOPS = 1e9
 """Below this (2mnk), a call is mostly host time: the Python path of a kernel without a C
@@ -50,7 +50,7 @@ def device_class_of(device_index: int) -> str | None:
     cls = _classes.get(device_index, "")
     if cls == "":
         import torch
-        from gemmforge.dispatch.devices import device_class
+        from .dispatch.devices import device_class
         cls = _classes[device_index] = device_class(torch.cuda.get_device_name(device_index))
     return cls
 
@@ -59,7 +59,7 @@ def choice_for(problem: Problem, arch: Arch, device_class: str | None, cublas: s
                exclude: frozenset = frozenset()):
     """dispatch.choice.resolve: the program for `problem` (or cuBLAS, as `cublas` says) and
     where it came from."""
-    from gemmforge.dispatch.choice import resolve
+    from .dispatch.choice import resolve
     return resolve(problem, arch, device_class, cublas=cublas, exclude=exclude)
 
 
@@ -84,8 +84,8 @@ def kernel_for(problem: Problem, device_index: int) -> Kernel:
 
 def _build(program: Program, problem: Problem, sm: int) -> Kernel:
     """`program` compiled for a device of compute capability `sm` (artifact cache) and loaded."""
-    from gemmforge.backends.pipeline import compile, load
-    from gemmforge.compiler.values import Target
+    from .backends.pipeline import compile, load
+    from .compiler.values import Target
     return load(compile(program, problem, Target(device_sm=sm)))
 
 
@@ -103,8 +103,8 @@ def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
 def _op_ready() -> bool:
     ready = _op_state.get("ready")
     if ready is None:
-        from gemmforge.compiler.knobs import knobs
-        from gemmforge.torch_op import op_available
+        from .compiler.knobs import knobs
+        from .torch_op import op_available
         ready = _op_state["ready"] = knobs().torch_op and op_available()
     return ready
 
@@ -130,7 +130,7 @@ def _key(a, b_kn) -> tuple | None:
     """(bucket of m, n, k, layout, device index) when the op can serve the operands, else None (the
     op then falls back to torch.matmul and says why)."""
     import torch
-    from gemmforge.torch_op import layout_of
+    from .torch_op import layout_of
     if (a.dtype is not torch.float16 or b_kn.dtype is not torch.float16 or not a.is_cuda
             or a.dim() != 2 or b_kn.dim() != 2 or a.device != b_kn.device
             or not a.is_contiguous() or a.shape[1] != b_kn.shape[0] or 0 in a.shape
@@ -139,7 +139,7 @@ def _key(a, b_kn) -> tuple | None:
     layout = layout_of(b_kn)
     if layout is None:
         return None
-    from gemmforge.torch_op import bucket
+    from .torch_op import bucket
     return (bucket(a.shape[0]), b_kn.shape[1], a.shape[1], layout, a.device.index or 0)
 
 
@@ -167,8 +167,8 @@ def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
     op serves every call of the bucket) or a Python Kernel (no C launch entry, and the
     problem at or above `host_bound_flops`: the caller runs it itself)."""
     import torch
-    from gemmforge.compiler.values import BuildError
-    from gemmforge.torch_op import register, register_cublas
+    from .compiler.values import BuildError
+    from .torch_op import register, register_cublas
     m, n, k, layout, device = key
     problem = Problem(m, n, k, layout, Accum.F32)
     sm = device_sm(device)

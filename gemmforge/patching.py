@@ -23,7 +23,7 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass, field
 
-from gemmforge.linears import prepare_buckets
+from .linears import prepare_buckets
 
 ALIGN = 8  # elements: TMA wants 16-byte rows, 8 fp16 values
 MAX_TOKENS = 16384
@@ -76,7 +76,7 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
     report. A layer already patched is left as it is; `tokens`: token counts whose buckets
     are prepared for every routed (n, k) (a count outside them runs cuBLAS)."""
     import torch
-    from gemmforge.ops import _op_ready
+    from .ops import _op_ready
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"gemmforge.patch: model must be a torch.nn.Module, not {type(model).__name__}")
     tokens = _checked_tokens(tokens)

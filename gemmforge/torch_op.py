@@ -40,7 +40,7 @@ class OpUnavailable(RuntimeError):
 def build_dir() -> Path:
     """Where the extension is built: keyed by the source's and torch's version."""
     import torch
-    from gemmforge.compiler.knobs import knobs
+    from .compiler.knobs import knobs
     digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()
                             + str(torch._C._GLIBCXX_USE_CXX11_ABI).encode()).hexdigest()[:16]
     return knobs().cache_dir / "torch_op" / digest

@@ -1,11 +1,11 @@
 """The gemmforge IR: Problem and Program values, their text and JSON forms, and verify."""
-from gemmforge.ir.program import (
+from .program import (
     Accum, Arch, Cluster, Epilogue, IRError, L2Hint, Layout, Padding, Problem, Program, Raster,
     RasterOrder, Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
-from gemmforge.ir.schema import from_json, program_schema, to_json
-from gemmforge.ir.text import parse, parse_problem, to_text
-from gemmforge.ir.verify import VerifyError, check, verify
+from .schema import from_json, program_schema, to_json
+from .text import parse, parse_problem, to_text
+from .verify import VerifyError, check, verify
 
 __all__ = [
     "Accum", "Arch", "Cluster", "Epilogue", "IRError", "L2Hint", "Layout", "Padding", "Problem",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gemmforge.ir.program import Arch
+from .program import Arch
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gemmforge.ir.program import Arch
+from .program import Arch
 
 MIB = 1 << 20
 KIB = 1 << 10

@@ -35,13 +35,13 @@ from __future__ import annotations
 import functools
 import random
 
-from gemmforge.ir.program import (
+from .program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
     TILE_LIMITS, Accum, Arch, Cluster, Epilogue, IRError, L2Hint, Layout, Padding,
     Problem, Program, Raster, RasterOrder, Reduction, Schedule, SplitK, Swizzle, Tile,
     WarpSpec, Warps,
 )
-from gemmforge.ir.text import field_token, parse
+from .text import field_token, parse
 
 FIELDS = ("backend", "arch", "tile", "warps", "stages", "swizzle", "raster", "padding",
           "split_k", "schedule", "cluster", "warp_spec", "epilogue", "l2_hint", "swap_ab",
@@ -100,9 +100,9 @@ def class_problem(layout: Layout, acc: Accum) -> Problem:
 def anchors(backend: str, arch: Arch, problem: Problem) -> list[Program]:
     """Legal programs to probe single fields from: ir.space's bases, and random legal
     draws from the backend's space (seeded)."""
-    from gemmforge.ir.space import Space, _bases
-    from gemmforge.ir.verify import check
-    from gemmforge.ir import capabilities
+    from .space import Space, _bases
+    from .verify import check
+    from . import capabilities
     be = capabilities.table.get(backend)
     out = {p: None for p in _bases(be, arch) if check(p, problem) is None}
     space, rng = Space.build([arch], [backend]), random.Random(0)
@@ -124,8 +124,8 @@ def field_domains(backend: str, arch: Arch, layout: Layout = Layout.NN,
     """Per field, the IR values kept for `backend` on `arch` for the class: those that
     ir.verify does not blame on the field itself from at least one anchor program (every
     IR value where no anchor is legal: nothing is narrowed then)."""
-    from gemmforge.ir import capabilities
-    from gemmforge.ir.verify import check
+    from . import capabilities
+    from .verify import check
     be = capabilities.table.get(backend)
     problem = class_problem(layout, acc)
     bases = anchors(backend, arch, problem)
@@ -188,8 +188,8 @@ class TextGrammar:
     def _shape_ok(self, state: tuple) -> bool:
         """ir.verify's tile and warps rules (which read only the tile, the warps and
         swap_ab) pass for some swap_ab of the domain: else no completion can pass."""
-        from gemmforge.ir import capabilities
-        from gemmforge.ir.verify import _check_shape
+        from . import capabilities
+        from .verify import _check_shape
         be = capabilities.table.get(self.backend)
         tile, warps = self.value["tile"][state[2]], self.value["warps"][state[3]]
         return any(_check_shape(Program(backend=self.backend, arch=self.arch, tile=tile,
@@ -200,8 +200,8 @@ class TextGrammar:
         """ir.verify's verdict on a whole state. verify is a conjunction of rules, so the
         cheap ones (fields, shape, the backend's own reason) run first and refuse most
         programs before the shared-memory and register rules build the dataflow graph."""
-        from gemmforge.ir import capabilities
-        from gemmforge.ir.verify import _check_fields, _check_shape, check
+        from . import capabilities
+        from .verify import _check_fields, _check_shape, check
         try:
             program = parse(" ".join(t for t in state if t))
         except IRError:

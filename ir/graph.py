@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from gemmforge.ir.arch import HALF_BYTES, SMEM_ROW_PAD_HALFS
-from gemmforge.ir.program import Accum, Epilogue, Layout, Program, Swizzle
+from .arch import HALF_BYTES, SMEM_ROW_PAD_HALFS
+from .program import Accum, Epilogue, Layout, Program, Swizzle
 
 F32_BYTES = 4
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Mapping
 
-from gemmforge.ir.program import (
+from .program import (
     DEFAULTS, Arch, Cluster, Program, Raster, Reduction, SplitK, Tile, Warps,
 )
 

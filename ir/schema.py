@@ -12,7 +12,7 @@ import functools
 import json
 from pathlib import Path
 
-from gemmforge.ir.program import (
+from .program import (
     DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
     TILE_EXTRAS, TILE_LIMITS,
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder, Reduction,
@@ -168,9 +168,9 @@ def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
     needs layout nt, ...). Cross-field rules (shared memory, registers, a warp layout
     for a warp specialization) are ir.grammar's viability search, for the text form,
     and ir.verify's; a JSON Schema can't state them short of listing programs."""
-    from gemmforge.ir import capabilities
-    from gemmforge.ir.grammar import field_domains, ir_values
-    from gemmforge.ir.program import Accum, Layout
+    from . import capabilities
+    from .grammar import field_domains, ir_values
+    from .program import Accum, Layout
     domains = field_domains(backend, arch, layout or Layout.NN, acc or Accum.F32)
     be = capabilities.table.get(backend)
     every = ir_values(be, arch)
@@ -200,6 +200,6 @@ def checked_in_schema() -> dict:
 
 def write_schema() -> Path:
     """Regenerate ir/program.schema.json with the registered backends enumerated."""
-    from gemmforge.ir.capabilities import table
+    from .capabilities import table
     SCHEMA_PATH.write_text(json.dumps(program_schema(table.names()), indent=2) + "\n")
     return SCHEMA_PATH

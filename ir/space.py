@@ -37,9 +37,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from gemmforge.ir import capabilities
-from gemmforge.ir.knobs import KNOBS, assemble, ir_value, knob_value, with_knob
-from gemmforge.ir.program import (
+from . import capabilities
+from .knobs import KNOBS, assemble, ir_value, knob_value, with_knob
+from .program import (
     DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
     TILE_LIMITS, Arch, Problem, Program, Reduction, Tile, Warps,
 )
@@ -101,7 +101,7 @@ def _blames(reason: str | None, knob: str) -> bool:
 def _repair(program: Program, backend, frozen: str = "", steps: int = 4) -> Program:
     """Greedily change the knobs of the field verify blames (never `frozen`), one at a time,
     until the program is legal or no single change moves the blame elsewhere."""
-    from gemmforge.ir.verify import check
+    from .verify import check
     for _ in range(steps):
         reason = check(program)
         knobs = [k for k in KNOBS if k != frozen and _blames(reason, k)]
@@ -118,7 +118,7 @@ def _repair(program: Program, backend, frozen: str = "", steps: int = 4) -> Prog
 def _first_base(backend, arch: Arch) -> Program:
     """A legal program with default fields where one exists: a few tile/warps/stages
     shapes, each repaired greedily; else the first (illegal) candidate."""
-    from gemmforge.ir.verify import check
+    from .verify import check
     mm, mn, mk = backend.mma_shape
     tiles = [(max(128, mm), max(128, mn), max(32, mk)), (max(128, mm), max(128, mn), 64),
              (max(64, mm), max(64, mn), max(32, mk))]
@@ -136,7 +136,7 @@ def _bases(backend, arch: Arch) -> list[Program]:
     """Legal programs to probe knobs from: the first base, and each one-knob change of it
     repaired around that knob (so a value legal only beside others, like a warp
     specialization that wants its own warps, gets a base of its own)."""
-    from gemmforge.ir.verify import check
+    from .verify import check
     first = _first_base(backend, arch)
     out = {first: None}
     for knob in KNOBS:
@@ -152,7 +152,7 @@ def _bases(backend, arch: Arch) -> list[Program]:
 def _legal_values(knob: str, backend, bases: list[Program]) -> tuple:
     """The candidates of `knob` that verify doesn't blame on the knob itself from at least
     one base (lenient: cross-field rules are left to verify at tuning time)."""
-    from gemmforge.ir.verify import check
+    from .verify import check
     return tuple(v for v in _candidates(knob, backend)
                  if any(not _blames(check(with_knob(b, knob, v)), knob) for b in bases))
 
@@ -318,7 +318,7 @@ class Space:
         draw; ValueError after `tries`
         fresh draws. (Drawn independently, cuda_wgmma's knobs give no legal program in
         thousands of draws: its tile, warps and stages rules hold jointly.)"""
-        from gemmforge.ir.verify import check
+        from .verify import check
         for _ in range(tries):
             program, picks = self._draw(rng, {})
             for _ in range(REPAIRS):
@@ -381,5 +381,5 @@ class Space:
 
     def legal(self, problem: Problem) -> Iterator[Program]:
         """Every program of the space that passes ir.verify for `problem` (lazily)."""
-        from gemmforge.ir.verify import check
+        from .verify import check
         return (p for p in self.programs() if check(p, problem) is None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from gemmforge.ir.program import (
+from .program import (
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder,
     Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps, set_text_form,
 )
@@ -163,7 +163,7 @@ def _parse_optional(tokens: list[str]) -> dict:
 
 def parse_problem(text: str):
     """Parse 'MxNxK[ layout[ acc]]' (e.g. '1000x4096x333 nt f16') into a Problem."""
-    from gemmforge.ir.program import Accum, Layout, Problem
+    from .program import Accum, Layout, Problem
     tokens = text.split() if isinstance(text, str) else []
     if not 1 <= len(tokens) <= 3:
         raise IRError(f"shape: {text!r} is not of the form MxNxK [nn|nt] [f32|f16]")

@@ -6,10 +6,10 @@ cheapest to the most specific; each message names the field and the limit.
 """
 from __future__ import annotations
 
-from gemmforge.ir import capabilities, graph
-from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
-from gemmforge.ir.text import field_text
-from gemmforge.ir.program import (
+from . import capabilities, graph
+from .arch import ACCUM_REG_BUDGET, LIMITS
+from .text import field_text
+from .program import (
     DEFAULTS, OPT_IN_FIELDS, TILE_STEP, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from gemmforge.ir.program import Arch, Problem, Program
+from ..ir.program import Arch, Problem, Program
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from gemmforge.ir.grammar import TextGrammar
+from ..ir.grammar import TextGrammar
 
 TOP_K = 64  # most likely tokens checked first at each step
 ANNOTATION = " -"  # the start of policy.replies.ANNOTATION (" -> "), after a whole program

@@ -37,9 +37,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.ir.schema import SCHEMA_VERSION
-from gemmforge.policy.prompts import FAILED_REWARD, Prompt
+from ..ir.program import Arch, Problem, Program
+from ..ir.schema import SCHEMA_VERSION
+from .prompts import FAILED_REWARD, Prompt
 
 FIELDS = ("prompt", "completion", "program", "reward", "error", "problem", "arch", "model",
           "timestamp", "key", "schema_version", "adapter")
@@ -155,8 +155,8 @@ def make_reward_fn(score: Scorer) -> Callable[..., list[float]]:
     """A TRL reward function: parse and verify each completion (policy.replies.parse_reply),
     score the legal programs of each problem in one batch with `score(programs, problem)`
     (e.g. search.measure.env.evaluate + reward), and give FAILED_REWARD to the rest."""
-    from gemmforge.ir.text import parse_problem
-    from gemmforge.policy.replies import parse_reply
+    from ..ir.text import parse_problem
+    from .replies import parse_reply
 
     def reward_fn(completions, problem, arch, **_) -> list[float]:
         rewards = [FAILED_REWARD] * len(completions)

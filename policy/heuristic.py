@@ -10,13 +10,13 @@ from __future__ import annotations
 import itertools
 import math
 
-from gemmforge.ir.program import (
+from ..ir.program import (
     Arch, Layout, Padding, Problem, Program, Raster, RasterOrder, SplitK, Swizzle, Tile, Warps,
     WarpSpec,
 )
-from gemmforge.ir.devices import H100
-from gemmforge.ir.verify import check
-from gemmforge.policy import small_shapes, wave_fit
+from ..ir.devices import H100
+from ..ir.verify import check
+from . import small_shapes, wave_fit
 
 SMS = H100.sms            # multiprocessors on H100/H200 (A100: 108); sets the wave size
 DEFAULT_BACKEND = "cuda_mma"
@@ -328,7 +328,7 @@ def _small_hopper(problem: Problem) -> list[str]:
 
 
 def _seeds(backend: str, arch: Arch, problem: Problem) -> list[Program]:
-    from gemmforge.ir.text import parse
+    from ..ir.text import parse
     split = long_k_split(problem)
     bound_texts = OUTPUT_BOUND if output_bound(problem) else ()
     leads = [*(p.replace(pdl=problem.flops < SEED_MIN_FLOPS) for p in map(parse, bound_texts)),
@@ -351,7 +351,7 @@ class HeuristicPolicy:
         self.backends = list(backends) if backends else [backend or DEFAULT_BACKEND]
 
     def _legal(self, name: str, problem: Problem, arch: Arch, n: int) -> list[Program]:
-        from gemmforge.backends import registry
+        from ..backends import registry
         backend = registry.get(name)
         if arch not in backend.archs:
             return []

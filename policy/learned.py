@@ -48,14 +48,14 @@ from pathlib import Path
 
 import torch
 
-from gemmforge.ir.knobs import KNOBS
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.ir.space import Space, Variant
-from gemmforge.ir.verify import check
-from gemmforge.policy.heuristic import HeuristicPolicy
-from gemmforge.policy.learned_net import ProgramModel
-from gemmforge.policy.learned_search import ShapeSearch, apply, edits, heuristic_seeds
-from gemmforge.policy.reward import INVALID_REWARD
+from ..ir.knobs import KNOBS
+from ..ir.program import Arch, Problem, Program
+from ..ir.space import Space, Variant
+from ..ir.verify import check
+from .heuristic import HeuristicPolicy
+from .learned_net import ProgramModel
+from .learned_search import ShapeSearch, apply, edits, heuristic_seeds
+from .reward import INVALID_REWARD
 
 CHECKPOINT_VERSION = 2
 BEAM_WIDTH = 32

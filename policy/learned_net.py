@@ -23,11 +23,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
-from gemmforge.ir.devices import ARCH_DEFAULT
-from gemmforge.ir.knobs import KNOBS, assemble, knob_value
-from gemmforge.ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
-from gemmforge.ir.space import Space, Variant
+from ..ir.arch import ACCUM_REG_BUDGET, LIMITS
+from ..ir.devices import ARCH_DEFAULT
+from ..ir.knobs import KNOBS, assemble, knob_value
+from ..ir.program import DEFAULTS, Accum, Arch, IRError, Layout, Problem, Program
+from ..ir.space import Space, Variant
 
 LOG2_SCALE = 14.0            # log2 of the largest grid dimension (16384)
 STEPS = ("backend",) + KNOBS
@@ -88,7 +88,7 @@ class Vocab:
     """Per step, the values the model chooses among, and the masks of allowed ones."""
 
     def __init__(self, space: Space):
-        from gemmforge.backends import registry
+        from ..backends import registry
         self.variants = {(v.backend, v.arch): v for v in space.variants}
         self.values = [tuple(space.backends)] + [
             tuple(dict.fromkeys([knob_value(DEFAULTS, k)] + [c for v in space.variants
@@ -114,7 +114,7 @@ class Vocab:
         return self._masks[key]
 
     def _build(self, key: tuple) -> torch.Tensor:
-        from gemmforge.backends import registry
+        from ..backends import registry
         if key[0] == 0:
             _, arch, layout, acc = key
             ok = {b for b, a in self.variants if a == arch and layout in registry.get(b).layouts

@@ -23,11 +23,11 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from gemmforge.ir.knobs import KNOBS, assemble, knob_value
-from gemmforge.ir.program import DEFAULTS, Arch, IRError, Problem, Program
-from gemmforge.ir.space import Variant
-from gemmforge.ir.verify import check
-from gemmforge.policy.reward import INVALID_REWARD, reward
+from ..ir.knobs import KNOBS, assemble, knob_value
+from ..ir.program import DEFAULTS, Arch, IRError, Problem, Program
+from ..ir.space import Variant
+from ..ir.verify import check
+from .reward import INVALID_REWARD, reward
 
 SEEDS_PER_BACKEND = 3        # heuristic programs that start a shape's lineages, per backend
 MAX_COMPOSED = 6             # most edits composed into one
@@ -74,7 +74,7 @@ def heuristic_seeds(variants: Mapping, problems: Sequence[Problem],
     """Per backend of `variants` on `arch`, the heuristic's first SEEDS_PER_BACKEND legal
     proposals for each of `problems`, pooled (a program legal on one shape is mostly
     legal on another, so a shape with too few of its own borrows others')."""
-    from gemmforge.policy.heuristic import HeuristicPolicy
+    from .heuristic import HeuristicPolicy
     seeds: dict[str, list[Program]] = {}
     for backend, a in variants:
         if a != arch:

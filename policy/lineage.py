@@ -13,8 +13,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from gemmforge.ir.program import Program, program_fields
-from gemmforge.ir.text import parse
+from ..ir.program import Program, program_fields
+from ..ir.text import parse
 
 
 def field_distance(a: Program, b: Program) -> int:

@@ -36,16 +36,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmforge.ir.program import DEFAULTS, Arch, Problem, Program
-from gemmforge.ir.schema import backend_schema
-from gemmforge.policy.dataset import DatasetWriter, make_row
-from gemmforge.policy.lineage import Lineage
-from gemmforge.policy.prompts import (
+from ..ir.program import DEFAULTS, Arch, Problem, Program
+from ..ir.schema import backend_schema
+from .dataset import DatasetWriter, make_row
+from .lineage import Lineage
+from .prompts import (
     FAILED_REWARD, JSON_REPLY_TOKENS, TEXT_REPLY_TOKENS, Prompt, PromptConfig, build_prompt,
     usable_backends,
 )
-from gemmforge.policy.replies import Proposal, parse_reply
-from gemmforge.policy.samplers import (
+from .replies import Proposal, parse_reply
+from .samplers import (
     OpenAISampler, Sampler, SamplerError, TransformersSampler, VLLMSampler, adapter_id,
     adapter_name,
 )
@@ -180,7 +180,7 @@ class LLMPolicy:
         if self.config.reply != "text" or not prompt.reply_prefix or \
                 not getattr(self.sampler, "takes_grammar", False):
             return None
-        from gemmforge.ir.grammar import grammar
+        from ..ir.grammar import grammar
         return grammar(prompt.reply_prefix.split()[0], arch, problem.layout, problem.acc)
 
     def _measured(self, problem: Problem) -> set[Program]:

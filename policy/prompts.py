@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from gemmforge.ir.arch import ACCUM_REG_BUDGET, LIMITS
-from gemmforge.ir.devices import ARCH_DEFAULT
-from gemmforge.ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
-from gemmforge.ir.schema import to_json
-from gemmforge.ir.verify import runs_text
-from gemmforge.policy.lineage import Lineage, field_distance
-from gemmforge.policy.reward import WORST_REWARD
+from ..ir.arch import ACCUM_REG_BUDGET, LIMITS
+from ..ir.devices import ARCH_DEFAULT
+from ..ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
+from ..ir.schema import to_json
+from ..ir.verify import runs_text
+from .lineage import Lineage, field_distance
+from .reward import WORST_REWARD
 
 FAILED_REWARD = WORST_REWARD
 """Rewards at or below this are failures (policy.reward.WORST_REWARD)."""
@@ -194,7 +194,7 @@ def _backend_lines(be) -> list[str]:
 def usable_backends(problem: Problem, arch: Arch, only: Sequence[str] = ()) -> list:
     """Registered backends that emit code for `arch` and compute `problem`'s layout and acc
     (of those named in `only`, if any)."""
-    from gemmforge.backends import registry
+    from ..backends import registry
     return [be for be in registry.all() if arch in be.archs
             and problem.layout in be.layouts and problem.acc in be.accumulators
             and (not only or be.name in only)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from gemmforge.ir.program import Arch, Problem, Program
+from ..ir.program import Arch, Problem, Program
 
 
 class RandomPolicy:
@@ -16,7 +16,7 @@ class RandomPolicy:
 
     def propose(self, problem: Problem, arch: Arch, n: int = 1) -> list[Program]:
         """Up to `n` distinct legal programs (fewer if 20 n draws find no more)."""
-        from gemmforge.ir.space import Space
+        from ..ir.space import Space
         space = Space.build([arch], self.backends, problem)
         out: list[Program] = []
         for _ in range(20 * n):

@@ -32,14 +32,14 @@ def make_policy(name: str, archs, backends=None, checkpoint: str | None = None, 
 
 @register("heuristic")
 def _heuristic(archs, backends, checkpoint, seed, llm):
-    from gemmforge.policy.heuristic import HeuristicPolicy
+    from .heuristic import HeuristicPolicy
     return HeuristicPolicy(backends=backends)
 
 
 @register("learned")
 def _learned(archs, backends, checkpoint, seed, llm):
     """The checkpoint at `checkpoint` (or the default path) if it exists, else a fresh model."""
-    from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
+    from .learned import LearnedPolicy, default_checkpoint
     path = Path(checkpoint) if checkpoint else default_checkpoint()
     if path.exists():
         return LearnedPolicy.load(path)
@@ -48,13 +48,13 @@ def _learned(archs, backends, checkpoint, seed, llm):
 
 @register("random")
 def _random(archs, backends, checkpoint, seed, llm):
-    from gemmforge.policy.random import RandomPolicy
+    from .random import RandomPolicy
     return RandomPolicy(archs, backends, seed)
 
 
 @register("llm")
 def _llm(archs, backends, checkpoint, seed, llm):
-    from gemmforge.policy.llm import from_cli
+    from .llm import from_cli
     return from_cli(seed=seed, backends=backends, **(llm or {}))
 
 

@@ -17,10 +17,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from gemmforge.ir.program import Arch, IRError, Problem, Program
-from gemmforge.ir.schema import from_json
-from gemmforge.ir.text import parse
-from gemmforge.ir.verify import check
+from ..ir.program import Arch, IRError, Problem, Program
+from ..ir.schema import from_json
+from ..ir.text import parse
+from ..ir.verify import check
 
 ANNOTATION = " -> "
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)

@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
-from gemmforge.policy.prompts import Prompt
+from .prompts import Prompt
 
 SCHEMA_NAME = "gemmforge_reply"
 LINE_STOP = "\n"
@@ -287,7 +287,7 @@ class TransformersSampler:
 
     def _constraint(self, grammar, reply_prefix: str):
         from transformers import LogitsProcessorList
-        from gemmforge.policy.constrained import TextConstraint
+        from .constrained import TextConstraint
         return LogitsProcessorList([TextConstraint(grammar, self._tokenizer, reply_prefix,
                                                    self._line_stops())])
 

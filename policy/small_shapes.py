@@ -13,8 +13,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from gemmforge.ir.devices import H100
-from gemmforge.ir.program import TILE_STEP, Problem, Reduction
+from ..ir.devices import H100
+from ..ir.program import TILE_STEP, Problem, Reduction
 
 SMS = H100.sms             # multiprocessors on H100/H200: the wave the grid should fill
 SMALL_M = 256              # a token side this short is a small problem whatever N and K

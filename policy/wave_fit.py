@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gemmforge.ir.devices import H100
-from gemmforge.ir.program import TILE_STEP, Layout, Problem, Reduction
+from ..ir.devices import H100
+from ..ir.program import TILE_STEP, Layout, Problem, Reduction
 
 SMS = H100.sms            # multiprocessors on H100/H200: one CTA each per wave
 F_SM = 0.8 * H100.peak_fp16_flops / SMS  # FLOP/s an SM holds: the dense fp16 rate at ~1.5 GHz under load

@@ -200,3 +200,19 @@ def test_the_runtime_path_imports_nothing_of_search(tmp_path):
                           text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok", "the runtime path loaded: " + done.stdout
+
+
+def test_package_modules_import_gemmforge_relatively():
+    """Inside the package (the face's folder included) gemmforge modules are imported
+    relatively (`from ..ir.program import Problem`): the import resolves the same installed
+    or not, and a tool reading the checkout sees each arrow between the floors' folders."""
+    absolute = []
+    for path in package_files().values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level \
+                    and (node.module or "").split(".")[0] == "gemmforge":
+                absolute.append(f"{path}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                absolute += [f"{path}:{node.lineno}: import {a.name}" for a in node.names
+                             if a.name.startswith("gemmforge.")]
+    assert not absolute, "absolute imports of gemmforge modules:\n" + "\n".join(absolute)

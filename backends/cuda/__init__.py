@@ -1,4 +1,4 @@
 """The cuda backend family (cuda_simt, cuda_wmma, cuda_mma): raw CUDA from jinja2 templates."""
-from gemmforge.backends.cuda.backend import CudaMma, CudaSimt, CudaWmma
+from .backend import CudaMma, CudaSimt, CudaWmma
 
 __all__ = ["CudaMma", "CudaSimt", "CudaWmma"]

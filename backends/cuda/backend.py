@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from gemmforge.backends import register
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.values import Artifact, Source, Target
-from gemmforge.backends.cuda.context import make_context
-from gemmforge.backends.templating import fingerprint, render
-from gemmforge.compiler import nvcc
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import (
+from .. import register
+from ..base import Backend
+from ...compiler.values import Artifact, Source, Target
+from .context import make_context
+from ..templating import fingerprint, render
+from ...compiler import nvcc
+from ...ir.arch import MmaFamily
+from ...ir.program import (
     DEFAULTS, Arch, Problem, Program, Swizzle,
 )
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gemmforge.ir import graph
-from gemmforge.ir.arch import SMEM_ROW_PAD_HALFS
-from gemmforge.ir.program import Layout, Padding, Problem, Program, RasterOrder, Swizzle
+from ...ir import graph
+from ...ir.arch import SMEM_ROW_PAD_HALFS
+from ...ir.program import Layout, Padding, Problem, Program, RasterOrder, Swizzle
 
 VEC_HALFS = 8  # one 16-byte cp.async moves 8 halves
 

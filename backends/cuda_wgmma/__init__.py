@@ -1,4 +1,4 @@
 """cuda_wgmma: TMA + mbarrier + wgmma.mma_async kernels for sm_90a, from jinja2 templates."""
-from gemmforge.backends.cuda_wgmma.backend import CudaWgmma
+from .backend import CudaWgmma
 
 __all__ = ["CudaWgmma"]

@@ -88,17 +88,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gemmforge.backends import register
-from gemmforge.compiler.values import Source
-from gemmforge.backends.cuda.backend import SELFTEST_DEFAULT, CudaBackend
-from gemmforge.backends.cuda_wgmma.context import (
+from .. import register
+from ...compiler.values import Source
+from ..cuda.backend import SELFTEST_DEFAULT, CudaBackend
+from .context import (
     ACC_HEADROOM_REGS, SETMAXNREG_MAX, TMA_ROW_ALIGN_HALFS, geometry, kernel_view, make_context,
     reason,
 )
-from gemmforge.backends.templating import fingerprint, render
-from gemmforge.compiler import nvcc
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import (
+from ..templating import fingerprint, render
+from ...compiler import nvcc
+from ...ir.arch import MmaFamily
+from ...ir.program import (
     MAX_STAGES, TILE_EXTRAS, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program,
     Reduction, Schedule, WarpSpec,
 )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from gemmforge.ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
-from gemmforge.ir.program import (
+from ...ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
+from ...ir.program import (
     Accum, Arch, Cluster, Epilogue, L2Hint, Layout, Padding, Problem, Program, RasterOrder,
     Reduction, Schedule, Swizzle, Tile, WarpSpec, Warps,
 )

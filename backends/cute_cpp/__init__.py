@@ -1,4 +1,4 @@
 """The cute_cpp backend: CUTLASS/CuTe C++ kernels from the nvidia-cutlass wheel's headers."""
-from gemmforge.backends.cute_cpp.backend import CuteCpp
+from .backend import CuteCpp
 
 __all__ = ["CuteCpp"]

@@ -17,16 +17,16 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gemmforge.backends import register
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.values import Artifact, BuildError, Source, Target
-from gemmforge.backends.cute_cpp import cutlass, legality
-from gemmforge.backends.cute_cpp.context import SELFTEST_DEFAULT, make_context
-from gemmforge.backends.cute_cpp.kernels import RASTERS
-from gemmforge.backends.templating import fingerprint, render
-from gemmforge.compiler import nvcc
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import Arch, Problem, Program, Swizzle
+from .. import register
+from ..base import Backend
+from ...compiler.values import Artifact, BuildError, Source, Target
+from . import cutlass, legality
+from .context import SELFTEST_DEFAULT, make_context
+from .kernels import RASTERS
+from ..templating import fingerprint, render
+from ...compiler import nvcc
+from ...ir.arch import MmaFamily
+from ...ir.program import Arch, Problem, Program, Swizzle
 
 TEMPLATES = Path(__file__).with_name("templates")
 # CuTe's constexpr helpers are called from device code; the other flags match compile_cuda's.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gemmforge.backends.cute_cpp.kernels import (
+from .kernels import (
     ALIGNMENT_HALFS, DATA_PARALLEL_CTAS, SM80_SWIZZLE, SM80_UNIT_WARPS, SM90_KERNELS,
     SM90_RASTER_ORDER, SM90_REDUCTION, SM90_SMEM_BYTES, sm90_decomposition, sm90_tile_scheduler,
     sm90_tile, sm90_transposed,
 )
-from gemmforge.ir.program import Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule
+from ...ir.program import Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule
 
 SELFTEST_DEFAULT = (1000, 4096, 336)  # the self-test's shape when main() gets no arguments
 # CUTLASS's layout tag for a row-major operand (True) or a column-major one (False)

@@ -12,7 +12,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from gemmforge.compiler.knobs import knobs
+from ...compiler.knobs import knobs
 
 ENV_DIR = "GEMMFORGE_CUTLASS_DIR"
 _MARKER = Path("include") / "cutlass" / "cutlass.h"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gemmforge.ir.program import (
+from ...ir.program import (
     Epilogue, Raster, RasterOrder, Reduction, Schedule, WarpSpec, Warps,
 )
 

@@ -7,10 +7,10 @@ CUTLASS needs, and why.
 """
 from __future__ import annotations
 
-from gemmforge.ir.arch import HALF_BYTES
-from gemmforge.ir.program import Arch, Padding, Problem, Program, Reduction, Schedule
-from gemmforge.ir.text import field_text
-from gemmforge.backends.cute_cpp.kernels import (
+from ...ir.arch import HALF_BYTES
+from ...ir.program import Arch, Padding, Problem, Program, Reduction, Schedule
+from ...ir.text import field_text
+from .kernels import (
     ALIGNMENT_HALFS, SM80_BK, SM80_EPILOGUES, SM80_MIN_STAGES, SM80_UNIT_WARPS,
     SM80_WARP_GRAIN, SM90_COOP_M_GRAIN, SM90_KERNELS, SM90_MAX_CLUSTER, SM90_MAX_TILE,
     SM90_SMEM_BYTES, SM90_SMEM_SLACK, sm90_tile, sm90_transposed,

@@ -27,9 +27,9 @@ PTX_ISA_FOR_PTXAS = "9.0"  # what a CUDA 13.0 ptxas accepts
 
 def _kernel_class(plan):
     if plan.kernel == "sm90_warpspecialized":
-        from gemmforge.backends.cute_dsl.kernels.sm90 import Sm90Gemm
+        from .kernels.sm90 import Sm90Gemm
         return Sm90Gemm
-    from gemmforge.backends.cute_dsl.kernels.sm80 import Sm80Gemm
+    from .kernels.sm80 import Sm80Gemm
     return Sm80Gemm
 
 
@@ -92,7 +92,7 @@ def _embed_cubin_from(ptxas: str, arch: str, out_dir: Path) -> None:
 def main(argv: list[str]) -> int:
     plan_path, out_dir = Path(argv[0]), Path(argv[1])
     ptxas = argv[argv.index("--ptxas") + 1] if "--ptxas" in argv else None
-    from gemmforge.backends.cute_dsl.plan import KernelPlan
+    from .plan import KernelPlan
     plan = KernelPlan.from_json(plan_path.read_text())
     os.environ["CUTE_DSL_ARCH"] = plan.dsl_arch
     (out_dir / DUMP).mkdir(exist_ok=True)

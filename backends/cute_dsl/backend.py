@@ -38,14 +38,14 @@ import functools
 import hashlib
 from pathlib import Path
 
-from gemmforge.backends import register
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.values import Artifact, BuildError, Source, Target
-from gemmforge.backends.cute_dsl import plan as planning
-from gemmforge.backends.cute_dsl import toolchain
-from gemmforge.backends.templating import render
-from gemmforge.ir.arch import MmaFamily
-from gemmforge.ir.program import (
+from .. import register
+from ..base import Backend
+from ...compiler.values import Artifact, BuildError, Source, Target
+from . import plan as planning
+from . import toolchain
+from ..templating import render
+from ...ir.arch import MmaFamily
+from ...ir.program import (
     Arch, Cluster, Epilogue, Padding, Problem, Program, Schedule, SplitK, Swizzle, WarpSpec,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from gemmforge.ir.program import Accum, Arch, Layout, Problem, Program, RasterOrder, Schedule, Swizzle
+from ...ir.program import Accum, Arch, Layout, Problem, Program, RasterOrder, Schedule, Swizzle
 
 WARP_THREADS = 32
 WARPGROUP_WARPS = 4           # wgmma is issued by 4 warps stacked along M

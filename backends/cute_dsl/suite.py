@@ -6,7 +6,7 @@ layout, accumulator, alignment class) serves every shape of that class.
 """
 from __future__ import annotations
 
-from gemmforge.ir import Problem, parse
+from ...ir import Problem, parse
 
 PROGRAMS = (
     # sm_90a: 2 consumer warpgroups, persistent grid, grouped rows
@@ -29,7 +29,7 @@ TARGET_SM = 90
 
 def cases() -> list[tuple[str, Problem]]:
     """Every (program text, problem) the GPU tier runs, legal ones only."""
-    from gemmforge.ir.verify import check
+    from ...ir.verify import check
     out = []
     for text in PROGRAMS:
         program = parse(text)
@@ -44,7 +44,7 @@ def cases() -> list[tuple[str, Problem]]:
 
 def builds() -> list[tuple[str, Problem]]:
     """One (program, problem) per distinct artifact among `cases()`."""
-    from gemmforge.backends.cute_dsl.plan import problem_align
+    from .plan import problem_align
     seen, out = set(), []
     for text, problem in cases():
         key = (text, problem.layout, problem.acc, problem_align(problem))

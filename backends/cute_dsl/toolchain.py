@@ -14,10 +14,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gemmforge.compiler import nvcc
-from gemmforge.compiler.child import python_module
-from gemmforge.compiler.knobs import knobs
-from gemmforge.compiler.values import BuildError
+from ...compiler import nvcc
+from ...compiler.child import python_module
+from ...compiler.knobs import knobs
+from ...compiler.values import BuildError
 
 DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 DSL_VERSION = "4.8.1"      # pinned: part of every cache key (see backend.fingerprint)

@@ -5,7 +5,7 @@ sm_80 (mma.sync) and sm_90a (wgmma, optionally TMA and programmatic dependent la
 Importing this package registers the backend and its loader; triton itself is imported
 only when a program is built or loaded.
 """
-from gemmforge.backends.triton import runtime  # noqa: F401  (registers the "triton" loader)
-from gemmforge.backends.triton.backend import TritonBackend
+from . import runtime  # noqa: F401  (registers the "triton" loader)
+from .backend import TritonBackend
 
 __all__ = ["TritonBackend"]

@@ -9,17 +9,17 @@ import json
 import traceback
 from pathlib import Path
 
-from gemmforge.backends import register
-from gemmforge.backends.base import Backend
-from gemmforge.compiler.values import Artifact, BuildError, Source, Target
-from gemmforge.backends.templating import fingerprint as template_fingerprint
-from gemmforge.backends.templating import render
-from gemmforge.backends.triton import toolchain
-from gemmforge.backends.triton.plan import (
+from .. import register
+from ..base import Backend
+from ...compiler.values import Artifact, BuildError, Source, Target
+from ..templating import fingerprint as template_fingerprint
+from ..templating import render
+from . import toolchain
+from .plan import (
     TMA_MAX_BOX_ROWS, TMA_ROW_ALIGN_HALFS, aligned_params, make_plan, template_context, uses_tma,
 )
-from gemmforge.ir.arch import LIMITS, MmaFamily
-from gemmforge.ir.program import (
+from ...ir.arch import LIMITS, MmaFamily
+from ...ir.program import (
     DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Reduction, Schedule, Swizzle,
     WarpSpec,
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gemmforge.ir.program import Accum, Epilogue, Layout, Problem, Program, RasterOrder, Reduction, Schedule
+from ...ir.program import Accum, Epilogue, Layout, Problem, Program, RasterOrder, Reduction, Schedule
 
 ELEMENTWISE_BLOCK = 1024   # elements per program of the split-K zero and reduce kernels
 ELEMENTWISE_WARPS = 4

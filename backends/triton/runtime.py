@@ -40,15 +40,15 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Callable
 
-from gemmforge.compiler.values import Artifact, BuildError
-from gemmforge.backends.triton import toolchain
-from gemmforge.backends.triton.plan import (
+from ...compiler.values import Artifact, BuildError
+from . import toolchain
+from .plan import (
     ALIGN_HINT, DESCRIPTOR_BASES, PER_CALL_ARGS, TMA_ROW_ALIGN_HALFS, KernelPlan, LaunchPlan,
     aligned_params,
 )
-from gemmforge.backends.triton.launcher import raw_launcher
-from gemmforge.compiler.knobs import knobs
-from gemmforge.compiler.runtime import Kernel, loader
+from .launcher import raw_launcher
+from ...compiler.knobs import knobs
+from ...compiler.runtime import Kernel, loader
 
 PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
 DESCRIPTORS_KEPT = 24  # TMA descriptors (and C launcher argument sets) a prepared size keeps
@@ -369,7 +369,7 @@ def _cached_encoding(encode, size: int = 256):
 
 
 def _arch_of(artifact: Artifact):
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     return parse(artifact.program_text).arch
 
 

@@ -34,9 +34,9 @@ import sys
 import threading
 from pathlib import Path
 
-from gemmforge.compiler.values import BuildError
-from gemmforge.backends.triton.plan import ALIGN_HINT, KernelPlan, LaunchPlan
-from gemmforge.ir.program import Arch
+from ...compiler.values import BuildError
+from .plan import ALIGN_HINT, KernelPlan, LaunchPlan
+from ...ir.program import Arch
 
 AMPERE, HOPPER, BLACKWELL = 80, 90, 100
 WARP_SIZE = 32

@@ -18,9 +18,9 @@ import argparse
 import sys
 from importlib import import_module
 
-from gemmforge.cli.common import EXIT_BAD_INPUT, UsageError
-from gemmforge.compiler.extras import install_hint
-from gemmforge.errors import DEBUG_FLAG, OneLineParser, debug_enabled, join_dash_values, report
+from .common import EXIT_BAD_INPUT, UsageError
+from ..compiler.extras import install_hint
+from ..errors import DEBUG_FLAG, OneLineParser, debug_enabled, join_dash_values, report
 
 # Each module's add_to(sub) adds its subcommands; their heavy imports wait for the run.
 COMMANDS = (

@@ -1,6 +1,6 @@
 """`python -m gemmforge.cli ...`: the gemmforge command."""
 import sys
 
-from gemmforge.cli import main
+from . import main
 
 sys.exit(main())

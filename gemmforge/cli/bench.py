@@ -18,10 +18,10 @@ import argparse
 import math
 from pathlib import Path
 
-from gemmforge import arguments
-from gemmforge.cli.common import SHAPES_HELP, UsageError, check_report_args
-from gemmforge.errors import Failure
-from gemmforge.ir.program import Arch
+from .. import arguments
+from .common import SHAPES_HELP, UsageError, check_report_args
+from ..errors import Failure
+from ..ir.program import Arch
 
 
 def _programs(values: list[str]) -> list:
@@ -42,8 +42,8 @@ def _programs(values: list[str]) -> list:
 def candidates(problem, programs, backends, arch):
     """The programs to measure on `problem`: the given ones that are legal for it, and the
     heuristic's first legal program per backend."""
-    from gemmforge.ir.verify import check
-    from gemmforge.policy.heuristic import HeuristicPolicy
+    from ..ir.verify import check
+    from ..policy.heuristic import HeuristicPolicy
     chosen = [p for p in programs if check(p, problem) is None]
     for name in backends:
         chosen += [p for p in HeuristicPolicy(name).propose(problem, arch, 1) if p not in chosen]
@@ -55,7 +55,7 @@ def with_twins(programs, fields, problem) -> list:
     toggled: `pdl` on a pdl program gives the program without it), where the twin is legal
     for `problem` and not already listed."""
     from dataclasses import replace
-    from gemmforge.ir.verify import check
+    from ..ir.verify import check
     out = list(programs)
     for program in programs:
         for name in fields:
@@ -66,7 +66,7 @@ def with_twins(programs, fields, problem) -> list:
 
 
 def _twin_fields(text: str | None) -> tuple[str, ...]:
-    from gemmforge.search.campaign.portfolio import TWIN_FIELDS
+    from ..search.campaign.portfolio import TWIN_FIELDS
     names = tuple(x.strip() for x in (text or "").split(",") if x.strip())
     unknown = [n for n in names if n not in TWIN_FIELDS]
     if unknown:
@@ -77,8 +77,8 @@ def _twin_fields(text: str | None) -> tuple[str, ...]:
 def _chosen(problems, arch, runner) -> dict:
     """{problem: the program matmul would run on the runner's device}, printing for each
     where it came from (dispatch.choice)."""
-    from gemmforge.dispatch.choice import resolve
-    from gemmforge.dispatch.devices import device_class
+    from ..dispatch.choice import resolve
+    from ..dispatch.devices import device_class
     cls = device_class(runner.info().get("device"))
     out = {}
     for problem in problems:
@@ -89,7 +89,7 @@ def _chosen(problems, arch, runner) -> dict:
 
 
 def _settings(args):
-    from gemmforge.search.measure.records import BenchSettings
+    from ..search.measure.records import BenchSettings
     arguments.at_least("--rounds", args.rounds)
     if not (math.isfinite(args.sustained_seconds) and args.sustained_seconds > 0):
         raise UsageError(f"--sustained-seconds: {args.sustained_seconds} must be a number > 0")
@@ -124,9 +124,9 @@ def _plan(args) -> tuple[list, object]:
 
 
 def cmd_bench(args) -> int:
-    from gemmforge.search.measure.env import evaluate
-    from gemmforge.search.measure.measure import BuilderPool, DeviceRunner
-    from gemmforge.search.measure.report import write_report
+    from ..search.measure.env import evaluate
+    from ..search.measure.measure import BuilderPool, DeviceRunner
+    from ..search.measure.report import write_report
     from tqdm import tqdm
     plan, settings = _plan(args)
     twins = _twin_fields(args.twins)

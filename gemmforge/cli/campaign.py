@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from gemmforge.cli.common import SHAPES_HELP
+from .common import SHAPES_HELP
 
 STORED = {  # option -> default, kept in the store by the first run
     "shapes": "grid", "layout": "nn", "acc": "f32", "backends": "cuda_wgmma,triton",
@@ -72,9 +72,9 @@ def incumbents_from(options: dict, device: str) -> dict:
     H100's winners). "shipped+siblings": the own class's row and each sibling class's, own
     first, once each (an H200 run weighs its own winner against the H100's). {} without the
     option."""
-    from gemmforge.cli.common import UsageError
-    from gemmforge.dispatch.devices import device_class, lookup_classes
-    from gemmforge.dispatch.shipped import shipped
+    from .common import UsageError
+    from ..dispatch.devices import device_class, lookup_classes
+    from ..dispatch.shipped import shipped
     source = options["incumbents"]
     if not source:
         return {}
@@ -97,11 +97,11 @@ def incumbents_from(options: dict, device: str) -> dict:
 
 def settings_from(options: dict, incumbents: dict | None = None):
     """A campaign.CampaignSettings from resolved options (UsageError if one is bad)."""
-    from gemmforge.cli.common import UsageError
-    from gemmforge.search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
-    from gemmforge.search.campaign.portfolio import Portfolio
-    from gemmforge.search.measure.records import replace
-    from gemmforge.policy.registry import POLICIES
+    from .common import UsageError
+    from ..search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH, CampaignSettings
+    from ..search.campaign.portfolio import Portfolio
+    from ..search.measure.records import replace
+    from ..policy.registry import POLICIES
     if options["policy"] not in POLICIES:
         raise UsageError(f"--policy {options['policy']!r}: one of {', '.join(POLICIES)}")
     lists = []
@@ -127,23 +127,23 @@ def settings_from(options: dict, incumbents: dict | None = None):
 
 def make_runner(args):
     """The replayed runner (--replay) or the GPU's."""
-    from gemmforge.search.campaign.campaign_runners import GridRunner, ReplayGridRunner
+    from ..search.campaign.campaign_runners import GridRunner, ReplayGridRunner
     if args.replay:
-        from gemmforge.search.measure.replay import ReplayRunner
+        from ..search.measure.replay import ReplayRunner
         records = None if args.replay == "synthetic" else args.replay
         return ReplayGridRunner(ReplayRunner(records, device=args.replay_device,
                                              delay_s=args.replay_delay))
-    from gemmforge.search.campaign.campaign import PORTFOLIO_BENCH
-    from gemmforge.search.measure.records import BenchSettings
+    from ..search.campaign.campaign import PORTFOLIO_BENCH
+    from ..search.measure.records import BenchSettings
     return GridRunner(0, builders=args.builders,  # the search pass times as the portfolio does
                       settings=BenchSettings(protocols=PORTFOLIO_BENCH.protocols))
 
 
 def cmd_campaign(args) -> int:
-    from gemmforge.cli.common import UsageError
-    from gemmforge.search.campaign.campaign import PASSES, Campaign
-    from gemmforge.search.measure.campaign_store import CampaignStore
-    from gemmforge.search.measure.shapes import parse_shapes
+    from .common import UsageError
+    from ..search.campaign.campaign import PASSES, Campaign
+    from ..search.measure.campaign_store import CampaignStore
+    from ..search.measure.shapes import parse_shapes
     started = time.monotonic()
     passes = tuple(p for p in args.passes.split(",") if p)
     if set(passes) - set(PASSES):
@@ -188,13 +188,13 @@ class _StatusRunner:
 
     def __init__(self, store):
         self.device = store.get("device", "")
-        from gemmforge.search.measure.runners import archs_for_sm
+        from ..search.measure.runners import archs_for_sm
         self.archs = archs_for_sm(90)
 
 
 def _report(store, problems, settings, args) -> int:
-    from gemmforge.search.campaign.campaign import Campaign
-    from gemmforge.search.campaign.grid_report import write_grid_report
+    from ..search.campaign.campaign import Campaign
+    from ..search.campaign.grid_report import write_grid_report
     campaign = None if args.shipped_only else Campaign(store, _StatusRunner(store), problems,
                                                         settings, progress=False)
     command = store.get("command", "gemmforge campaign")
@@ -211,9 +211,9 @@ def _report_families(campaign, store, args) -> None:
     """NAME_families.csv: each challenger against the incumbent (the program each shape's
     first portfolio plan put first) in the same confirmation groups; printed as well. A run
     that timed the incumbents alone (a re-timing) has no challengers and writes no table."""
-    from gemmforge.search.campaign.family_means import (
+    from ..search.campaign.family_means import (
         COLUMNS, against_incumbents, markdown, winners_against_incumbents)
-    from gemmforge.search.campaign.grid_report import write_rows
+    from ..search.campaign.grid_report import write_rows
 
     def incumbent_of(problem):
         return next(iter(store.planned(problem, "portfolio")), None)
@@ -235,10 +235,10 @@ def _report_families(campaign, store, args) -> None:
 def _shipped_fill(store, problems, every: bool = False) -> list:
     """The shipped file's rows for the grid shapes outside the campaign (`every`: for all
     grid shapes) of the store's device class, layout and accumulator."""
-    from gemmforge.cli.common import UsageError
-    from gemmforge.dispatch.devices import device_class
-    from gemmforge.search.campaign.grid_report import shipped_rows
-    from gemmforge.search.measure.shapes import parse_shapes
+    from .common import UsageError
+    from ..dispatch.devices import device_class
+    from ..search.campaign.grid_report import shipped_rows
+    from ..search.measure.shapes import parse_shapes
     device = store.get("device", "")
     cls = device_class(device)
     if cls is None or not problems:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from gemmforge import arguments
-from gemmforge.errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError  # noqa: F401 (shared)
-from gemmforge.ir.program import Problem, Program
+from .. import arguments
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError  # noqa: F401 (shared)
+from ..ir.program import Problem, Program
 
 EXIT_BUILD_FAILED = EXIT_FAILED
 SHAPES_HELP = ("MxNxK,..., grid, grid:CLASSES (of small,medium,large), sample:N[:SEED] or "
@@ -27,7 +27,7 @@ def parse_shape(value: str, layout: str, acc: str) -> Problem:
 def check_report_args(name: str, report_dir: str | None, option: str) -> None:
     """UsageError for a report name search.measure.report can't write (`option` names the flag)
     or a --report-dir that can't be a folder."""
-    from gemmforge.search.measure.report import check_name
+    from ..search.measure.report import check_name
     try:
         check_name(name)
     except ValueError as e:
@@ -46,9 +46,9 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 def storage_url(value: str | None) -> str:
     """The tuner's storage (and tuned database) URL: --storage `value`, else
     GEMMFORGE_TUNE_DB or the default SQLite file, checked to open (arguments.storage)."""
-    from gemmforge.dispatch.tuned import default_storage
+    from ..dispatch.tuned import default_storage
     if value is not None:
         return arguments.storage(value, "--storage")
-    from gemmforge.compiler.knobs import knobs
+    from ..compiler.knobs import knobs
     return arguments.storage(default_storage(),
                              "GEMMFORGE_TUNE_DB" if knobs().tune_db else "the default storage")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import sys
 
-from gemmforge import arguments
-from gemmforge.cli.common import UsageError, add_problem_args, parse_program, parse_shape
-from gemmforge.ir.program import Arch
+from .. import arguments
+from .common import UsageError, add_problem_args, parse_program, parse_shape
+from ..ir.program import Arch
 
 
 def cmd_emit(args) -> int:
-    from gemmforge.emit import build_selftest, choose_program, emit
+    from ..emit import build_selftest, choose_program, emit
     arguments.environment()
     problem = parse_shape(args.shape, args.layout, args.acc)
     arch = Arch.parse(args.arch, "--arch")
@@ -31,7 +31,7 @@ def cmd_emit(args) -> int:
 
 
 def _device_class(value: str | None) -> str | None:
-    from gemmforge.dispatch.devices import check_class
+    from ..dispatch.devices import check_class
     try:
         return check_class(value) if value else None
     except ValueError as e:
@@ -39,7 +39,7 @@ def _device_class(value: str | None) -> str | None:
 
 
 def cmd_verify(args) -> int:
-    from gemmforge.ir.verify import verify
+    from ..ir.verify import verify
     program = parse_program(args.program, "program")
     problem = parse_shape(args.shape, args.layout, args.acc) if args.shape else None
     verify(program, problem)
@@ -48,7 +48,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from gemmforge.ir.schema import checked_in_schema, write_schema
+    from ..ir.schema import checked_in_schema, write_schema
     if args.write:
         print(f"wrote {write_schema()}")
         return 0

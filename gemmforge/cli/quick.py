@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import sys
 
-from gemmforge import arguments
-from gemmforge.cli.common import storage_url
-from gemmforge.errors import Failure, UsageError
+from .. import arguments
+from .common import storage_url
+from ..errors import Failure, UsageError
 
 RATIO_WIDTH = 8
 
 
 def _runner(args):
     """The replayed runner (--replay) or one GPU's (a UsageError without a GPU)."""
-    from gemmforge.search.campaign.campaign_runners import GridRunner, ReplayGridRunner
+    from ..search.campaign.campaign_runners import GridRunner, ReplayGridRunner
     if args.replay:
-        from gemmforge.search.measure.replay import ReplayRunner
+        from ..search.measure.replay import ReplayRunner
         records = None if args.replay == "synthetic" else args.replay
         return ReplayGridRunner(ReplayRunner(records, device=args.replay_device))
     arguments.cuda_devices("tune --quick", 1, "; use --replay synthetic (or a record file) "
@@ -38,7 +38,7 @@ def _runner(args):
 
 def _checked(args):
     """(problems, backends, storage URL), every argument checked (UsageError: exit 2)."""
-    from gemmforge.search.tune.quick import QUICK_BACKENDS
+    from ..search.tune.quick import QUICK_BACKENDS
     arguments.environment()
     problems = arguments.shapes(args.shapes, args.layout, args.acc)
     backends = arguments.backends(args.backends) or QUICK_BACKENDS
@@ -52,8 +52,8 @@ def _checked(args):
 def cmd_quick(args) -> int:
     """Quick-tune every shape; print each one's candidates, winner and provenance; exit 0,
     1 when no shape measured ok."""
-    from gemmforge.search.tune.database import TunedDatabase
-    from gemmforge.search.tune.quick import lookup_class, quick_tune
+    from ..search.tune.database import TunedDatabase
+    from ..search.tune.quick import lookup_class, quick_tune
     problems, backends, url = _checked(args)
     command = "gemmforge " + " ".join(sys.argv[1:] if args.argv is None else args.argv)
     runner, database = _runner(args), None

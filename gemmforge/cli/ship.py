@@ -10,13 +10,13 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from gemmforge.cli.common import UsageError
+from .common import UsageError
 
 
 def cmd_ship(args) -> int:
-    from gemmforge.dispatch.devices import check_class
-    from gemmforge.search.campaign.ship import ship
-    from gemmforge.dispatch.shipped import DEFAULT_PATH
+    from ..dispatch.devices import check_class
+    from ..search.campaign.ship import ship
+    from ..dispatch.shipped import DEFAULT_PATH
     paths = [Path(p) for p in args.sources]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
@@ -25,7 +25,7 @@ def cmd_ship(args) -> int:
         want = check_class(args.device_class) if args.device_class else None
     except ValueError as e:
         raise UsageError(f"--device-class: {e}") from None
-    from gemmforge.search.measure.shapes import CLASSES
+    from ..search.measure.shapes import CLASSES
     shape_classes = None
     if args.shape_classes:
         shape_classes = frozenset(c.strip() for c in args.shape_classes.split(",") if c.strip())
@@ -35,7 +35,7 @@ def cmd_ship(args) -> int:
                              f"give a comma list of {', '.join(CLASSES)}")
     shapes = None
     if args.shapes:
-        from gemmforge.arguments import shapes as read_shapes
+        from ..arguments import shapes as read_shapes
         shapes = frozenset((p.m, p.n, p.k) for p in read_shapes(args.shapes))
     if not args.command.strip():
         raise UsageError("--command: say which command measured these files")

@@ -20,23 +20,23 @@ import statistics
 import time
 from pathlib import Path
 
-from gemmforge.cli.common import SHAPES_HELP, UsageError
+from .common import SHAPES_HELP, UsageError
 
 
 def _runner(args, replay: str | None):
     if replay:
-        from gemmforge.search.measure.replay import ReplayRunner
+        from ..search.measure.replay import ReplayRunner
         return ReplayRunner(None if replay == "synthetic" else replay, archs=(args.arch,))
-    from gemmforge.search.measure.records import BenchSettings
-    from gemmforge.search.measure.runners import HarnessRunner
+    from ..search.measure.records import BenchSettings
+    from ..search.measure.runners import HarnessRunner
     return HarnessRunner(args.device, settings=BenchSettings(protocols=("kernel",)))
 
 
 def _checked(args):
     """(arch, problems, backends, replay, checkpoint path), every argument checked."""
-    from gemmforge import arguments
-    from gemmforge.ir.program import Arch
-    from gemmforge.policy.learned import default_checkpoint
+    from .. import arguments
+    from ..ir.program import Arch
+    from ..policy.learned import default_checkpoint
     arguments.environment()
     arguments.at_least("--steps", args.steps)
     arguments.at_least("--device", args.device, 0)
@@ -53,7 +53,7 @@ def _checked(args):
 
 
 def cmd_train(args) -> int:
-    from gemmforge.policy.learned import LearnedPolicy
+    from ..policy.learned import LearnedPolicy
     arch, problems, backends, replay, path = _checked(args)
     try:
         policy = LearnedPolicy(archs=(arch,), backends=backends, seed=args.seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from gemmforge.cli.common import UsageError
+from .common import UsageError
 
 SETTINGS = ("generations", "learning_rate", "lora_rank", "max_completion_length",
             "temperature", "save_steps", "large_share")  # left out: search.learn.llm_train.TrainSettings' defaults
@@ -25,7 +25,7 @@ def cmd_train_llm(args) -> int:
         raise UsageError("--steps must be >= 1 and --generations >= 2 (GRPO compares a "
                          "group of completions)")
     try:
-        from gemmforge.search.learn.llm_train import TrainSettings, train
+        from ..search.learn.llm_train import TrainSettings, train
         import peft, trl  # noqa: F401  (fail here, with the fix, not deep in a run)
     except ImportError as e:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "

@@ -31,17 +31,17 @@ import sys
 import time
 from pathlib import Path
 
-from gemmforge import arguments
-from gemmforge.cli.common import SHAPES_HELP, check_report_args, storage_url
-from gemmforge.errors import EXIT_SIGNAL_BASE, Failure, UsageError
-from gemmforge.policy.registry import POLICIES
+from .. import arguments
+from .common import SHAPES_HELP, check_report_args, storage_url
+from ..errors import EXIT_SIGNAL_BASE, Failure, UsageError
+from ..policy.registry import POLICIES
 
 LLM_ENDPOINTS = ("chat", "completions")
 
 
 def _protocols(text: str) -> list[str]:
     """--protocols as a list, checked as BenchSettings checks it (a UsageError if bad)."""
-    from gemmforge.search.measure.records import BenchSettings
+    from ..search.measure.records import BenchSettings
     names = [x.strip() for x in text.split(",") if x.strip()]
     try:
         BenchSettings(protocols=tuple(names))
@@ -105,12 +105,12 @@ def tune_job(args) -> dict:
 def cmd_tune(args) -> int:
     """Tune; print the summary (also when interrupted); exit 0, 1 when nothing could be
     measured, 128 + the signal when stopped."""
-    from gemmforge.search.tune.tune_jobs import run_workers
-    from gemmforge.search.tune.tune_summary import (RunReport, llm_lines, requeued_line,
-                                               source_line, stop_line, summary_table,
-                                               timing_line, totals_line)
+    from ..search.tune.tune_jobs import run_workers
+    from ..search.tune.tune_summary import (RunReport, llm_lines, requeued_line,
+                                            source_line, stop_line, summary_table,
+                                            timing_line, totals_line)
     if args.quick:
-        from gemmforge.cli.quick import cmd_quick
+        from .quick import cmd_quick
         return cmd_quick(args)
     job = tune_job(args)
     print(f"storage: {job['storage']}   (optuna-dashboard {job['storage']})", file=sys.stderr)
@@ -137,8 +137,8 @@ def cmd_tune(args) -> int:
 
 
 def _write_report(args, outcomes: list[dict]) -> None:
-    from gemmforge.search.measure.records import Result
-    from gemmforge.search.measure.report import write_report
+    from ..search.measure.records import Result
+    from ..search.measure.report import write_report
     best = [Result.from_dict(o["best"]) for o in outcomes if o["best"]]
     if best and args.report:
         csv_path, png_path = write_report(best, args.report,

@@ -41,14 +41,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.campaign.campaign_clock import GUESS_S, OutOfTime, RunClock, hms
-from gemmforge.search.measure.campaign_store import CampaignStore
-from gemmforge.search.campaign.portfolio import Portfolio
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.search.measure.records import BenchSettings, Result
-from gemmforge.search.measure.selection import (comparable_speedup, disturbed, latest_clean, ok,
-                                         ranking_protocol, selection_ratio)
+from ...ir.program import Problem
+from .campaign_clock import GUESS_S, OutOfTime, RunClock, hms
+from ..measure.campaign_store import CampaignStore
+from .portfolio import Portfolio
+from ..measure.shapes import shape_class
+from ..measure.records import BenchSettings, Result
+from ..measure.selection import (comparable_speedup, disturbed, latest_clean, ok,
+                                 ranking_protocol, selection_ratio)
 
 PASSES = ("build", "portfolio", "search", "confirm")
 PORTFOLIO_BENCH = BenchSettings(protocols=("kernel", "after"), rounds=3, warmup=3, warm_rounds=1,
@@ -242,7 +242,7 @@ class Campaign:
                 and not self.store.pending(p, "portfolio")]
 
     def _search(self, started: float, max_seconds: float | None) -> None:
-        from gemmforge.search.campaign.campaign_search import SearchPass
+        from .campaign_search import SearchPass
         todo = self._awaiting_search()
         if not todo:
             return

@@ -21,9 +21,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import as_completed
 from typing import Callable, Sequence
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.records import BenchSettings, MeasureRequest, Result, replace
-from gemmforge.search.measure.runners import archs_for_sm
+from ...ir.program import Problem
+from ..measure.records import BenchSettings, MeasureRequest, Result, replace
+from ..measure.runners import archs_for_sm
 
 OnGroup = Callable[[Problem, list[Result]], None]
 SEED_STRIDE = 3  # as search.measure.env: the gate draws seed, seed + 1, seed + 2 per request
@@ -32,7 +32,7 @@ SUSTAINED_DERATE = 0.04  # replay only: a program's synthetic sustained loss, up
 
 def _requests(problem: Problem, programs: Sequence[str], settings: BenchSettings,
               seed: int) -> list[MeasureRequest]:
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     return [MeasureRequest.make(parse(p), problem, settings, seed + SEED_STRIDE * i)
             for i, p in enumerate(programs)]
 
@@ -44,7 +44,7 @@ class GridRunner:
 
     def __init__(self, device_index: int = 0, builders: int | None = None,
                  settings: BenchSettings | None = None):
-        from gemmforge.search.measure.measure import BuilderPool, DeviceRunner
+        from ..measure.measure import BuilderPool, DeviceRunner
         self._runner = DeviceRunner(devices=[device_index])
         self._builders = BuilderPool(builders)
         self.settings = settings
@@ -79,7 +79,7 @@ class GridRunner:
                        settings: BenchSettings, on_group: OnGroup, seed: int = 0) -> None:
         """Time every (problem, programs) group; on_group(problem, its Results in order)
         as each problem's last result lands."""
-        from gemmforge.search.measure.measure import measure
+        from ..measure.measure import measure
         requests, owner = [], []
         for g, (problem, programs) in enumerate(groups):
             requests += _requests(problem, programs, settings, seed)
@@ -100,7 +100,7 @@ class GridRunner:
 
     def evaluate(self, programs, problem: Problem) -> list[Result]:
         """The tuner's runner protocol: search.measure.env.evaluate on this runner's pools."""
-        from gemmforge.search.measure.env import evaluate
+        from ..measure.env import evaluate
         return evaluate(programs, problem, device_runner=self._runner,
                         builders=self._builders, settings=self.settings, target_sm=self.sm)
 
@@ -139,14 +139,14 @@ class ReplayGridRunner:
 
 
 def _parse(text: str):
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     return parse(text)
 
 
 def _synthetic_sustained(r: Result) -> Result:
     """A replayed result with sustained figures: the kernel time slowed by a deterministic
     0-4 % per program (cuBLAS by 2 %), so the order under load differs from the short one."""
-    from gemmforge.search.measure.replay import _unit
+    from ..measure.replay import _unit
     if not r.ok or r.kernel_us is None or r.cublas_us is None:
         return r
     return replace(r, sustained_us=r.kernel_us * (1 + SUSTAINED_DERATE * _unit("sustained",

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.campaign_store import compact
-from gemmforge.search.measure.env import reward
-from gemmforge.search.measure.records import Result
-from gemmforge.search.tune.studies import measured_trials, trial_result
+from ...ir.program import Problem
+from ..measure.campaign_store import compact
+from ..measure.env import reward
+from ..measure.records import Result
+from ..tune.studies import measured_trials, trial_result
 
 SOURCE = "portfolio"
 
@@ -32,8 +32,8 @@ class SearchPass:
     `settings` a campaign.CampaignSettings."""
 
     def __init__(self, store, runner, settings):
-        from gemmforge.policy.registry import make_policy
-        from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
+        from ...policy.registry import make_policy
+        from ..tune.tuner import Budget, Tuner, TuneSettings
         self.store, self.settings = store, settings
         backends = settings.portfolio.backends
         policy = make_policy(settings.policy, runner.archs, backends, seed=settings.seed)
@@ -65,7 +65,7 @@ class SearchPass:
         """Add the shape's portfolio results as finished trials (those not there yet);
         return how many the study holds."""
         import optuna
-        from gemmforge.ir.text import parse
+        from ...ir.text import parse
         have = {t.user_attrs.get("program") for t in study.get_trials(deepcopy=False)
                 if t.user_attrs.get("source") == SOURCE}
         space = self.tuner.space(problem)

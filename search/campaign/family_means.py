@@ -17,9 +17,9 @@ import statistics
 from collections import defaultdict
 from typing import Callable
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.campaign.grid_report import decade, geomean
-from gemmforge.search.measure.selection import latest_clean, selection_ratio
+from ...ir.program import Problem
+from .grid_report import decade, geomean
+from ..measure.selection import latest_clean, selection_ratio
 
 COLUMNS = ("program", "decade", "shapes", "vs_incumbent", "ahead")
 

@@ -40,10 +40,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from gemmforge.search.measure.selection import selected_by
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.search.measure.records import Result
-from gemmforge.search.measure.report import decade_exponent, write_csv
+from ..measure.selection import selected_by
+from ..measure.shapes import shape_class
+from ..measure.records import Result
+from ..measure.report import decade_exponent, write_csv
 
 CUDA_L2 = Path(__file__).parents[1] / "data" / "cuda_l2_h100.csv"
 L2_COLUMNS = ("offline_vs_cublas", "offline_vs_torch", "server_vs_cublas", "server_vs_torch")
@@ -84,7 +84,7 @@ def shipped_rows(problems, device_class: str, device: str,
     """Rows for `problems` from the shipped file's `device_class` confirmations (regate
     "shipped": `gemmforge ship` refuses them, so they never ship twice), their command
     in the extra columns."""
-    from gemmforge.dispatch.shipped import shipped as default_shipped
+    from ...dispatch.shipped import shipped as default_shipped
     shipped = shipped or default_shipped()
     out = []
     for problem in problems:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gemmforge.ir.program import OPT_IN_FIELDS, Arch, Problem, Program
-from gemmforge.dispatch.devices import MULTIPROCESSORS
-from gemmforge.search.measure.shapes import CLASSES, shape_class
+from ...ir.program import OPT_IN_FIELDS, Arch, Problem, Program
+from ...dispatch.devices import MULTIPROCESSORS
+from ..measure.shapes import CLASSES, shape_class
 
 TWIN_FIELDS = tuple(f.name for f in fields(Program)
                     if f.name in OPT_IN_FIELDS and f.type in (bool, "bool"))
@@ -44,7 +44,7 @@ PARALLEL_PLAN = 64  # shapes from which Portfolio.plan works in parallel process
 def read_programs(path: Path | str) -> list[str]:
     """Program texts of a list file, in order, comments and blank lines skipped,
     each in canonical text form (ir.IRError for a line that doesn't parse)."""
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     lines = Path(path).read_text().splitlines()
     return [str(parse(line)) for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
@@ -87,9 +87,9 @@ class Portfolio:
 
     def programs_for(self, problem: Problem, archs: Sequence[Arch]) -> list[str]:
         """The programs to time at `problem` (texts; legal there, runnable on `archs`)."""
-        from gemmforge.ir.text import parse
-        from gemmforge.ir.verify import check
-        from gemmforge.policy.heuristic import HeuristicPolicy
+        from ...ir.text import parse
+        from ...ir.verify import check
+        from ...policy.heuristic import HeuristicPolicy
         out: list[str] = self.seeded(problem, archs)
         for backend in self.backends if self.per_backend else ():
             policy = HeuristicPolicy(backend)  # on the device's preferred arch (sm_90a)
@@ -105,9 +105,9 @@ class Portfolio:
     def seeded(self, problem: Problem, archs: Sequence[Arch]) -> list[str]:
         """The shape's incumbents, each followed by its twins, those legal there and runnable
         on `archs`, once each."""
-        from gemmforge.ir.text import parse
-        from gemmforge.ir.verify import check
-        from gemmforge.search.campaign.wave_footprint import raster_twins
+        from ...ir.text import parse
+        from ...ir.verify import check
+        from .wave_footprint import raster_twins
         out: list[str] = []
         for text in incumbent_texts(self.incumbents.get(problem)):
             incumbent = parse(text)

@@ -34,10 +34,10 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gemmforge.ir.program import IRError, Problem
-from gemmforge.dispatch.devices import device_class
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.dispatch.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
+from ...ir.program import IRError, Problem
+from ...dispatch.devices import device_class
+from ..measure.shapes import shape_class
+from ...dispatch.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
 
 GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 """Columns that, where a CSV has them and they are not empty, must say the program passed
@@ -73,7 +73,7 @@ def refusal(row: dict, want_class: str | None,
     if not (kernel > 0 and cublas > 0 and math.isfinite(kernel) and math.isfinite(cublas)):
         return "missing or bad shape or times"
     if (row.get("rel_err") or "") != "":
-        from gemmforge.search.measure.gate import tolerance
+        from ..measure.gate import tolerance
         if not float(row["rel_err"]) <= tolerance(problem):
             return "rel_err over the gate's tolerance"
     cls = device_class(row.get("device"))
@@ -87,8 +87,8 @@ def refusal(row: dict, want_class: str | None,
         return "shape not in --shapes"
     if rank_by == "after" and _after(row) is None:
         return "no after_us and cublas_after_us to rank by"
-    from gemmforge.ir.text import parse
-    from gemmforge.ir.verify import check
+    from ...ir.text import parse
+    from ...ir.verify import check
     try:
         reason = check(parse(row["program"]), problem)
     except (KeyError, IRError) as e:
@@ -120,7 +120,7 @@ def read_readings(paths: list[Path], want_class: str | None,
                 if why:
                     refused[why] += 1
                     continue
-                from gemmforge.ir.text import parse
+                from ...ir.text import parse
                 key = (device_class(row["device"]), _problem(row))
                 readings[key][str(parse(row["program"]))].append(row)
     return readings, refused

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from gemmforge.ir.program import MAX_RASTER_GROUP, Problem, Program, Raster, RasterOrder
+from ...ir.program import MAX_RASTER_GROUP, Problem, Program, Raster, RasterOrder
 
 BACKENDS = ("cuda_wgmma",)
 GROUPS = tuple(g for g in (1, 2, 4, 8, 16, 32, 64) if g <= MAX_RASTER_GROUP)

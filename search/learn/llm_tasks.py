@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from gemmforge.ir.program import Arch, Problem
-from gemmforge.ir.text import parse, parse_problem
-from gemmforge.policy.dataset import make_reward_fn
-from gemmforge.policy.lineage import Lineage
-from gemmforge.policy.prompts import FAILED_REWARD, PromptConfig, build_prompt
-from gemmforge.policy.reward import WORST_REWARD
-from gemmforge.search.learn.replay_reward import ReplayReward
+from ...ir.program import Arch, Problem
+from ...ir.text import parse, parse_problem
+from ...policy.dataset import make_reward_fn
+from ...policy.lineage import Lineage
+from ...policy.prompts import FAILED_REWARD, PromptConfig, build_prompt
+from ...policy.reward import WORST_REWARD
+from .replay_reward import ReplayReward
 
 GRID = Path(__file__).parents[1] / "data" / "grid_1000.txt"
 HELD_OUT_FILE = Path(__file__).parents[1] / "data" / "llm_held_out.txt"
@@ -180,7 +180,7 @@ class PoolReadings:
     def near_programs(self, problem: Problem, count: int = NEAR_EXAMPLES) -> list[str]:
         """`count` programs legal at `problem`: the best of each nearest shape in turn (its
         next best where that is taken or illegal here)."""
-        from gemmforge.ir.verify import check
+        from ...ir.verify import check
         out: list[str] = []
         for shape in self.nearest(problem):
             if len(out) >= count:
@@ -200,7 +200,7 @@ def seeded_lineage(problem: Problem, model: ReplayReward, rng: random.Random,
     sm_90a, of the config's backends, legal here), each with its replayed or estimated
     reward on `problem`: first `readings`' near_programs for `problem` (none without
     `readings`), then programs drawn at random."""
-    from gemmforge.ir.verify import check
+    from ...ir.verify import check
     pool = [text for text in (model.programs() if pool is None else sorted(pool))
             if text.split()[1] == ARCH.value
             and (not config.backends or text.split()[0] in config.backends)]
@@ -285,8 +285,8 @@ def make_replay_reward_fn(model: ReplayReward):
     for no legal program or a program the prompt lists (`shown`); REPEAT_REWARD for a
     legal program an earlier completion of the same prompt gave (the first keeps its
     reward)."""
-    from gemmforge.policy.dataset import _text
-    from gemmforge.policy.replies import parse_reply
+    from ...policy.dataset import _text
+    from ...policy.replies import parse_reply
     base = make_reward_fn(model.score)
 
     def reward_fn(completions, problem, arch, shown=None, reply_prefix=None,

@@ -35,12 +35,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmforge.policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
-from gemmforge.search.learn.llm_tasks import (
+from ...policy.prompts import FAILED_REWARD, TEXT_REPLY_TOKENS
+from .llm_tasks import (
     GENERATIONS, LARGE_SHARE, TEMPERATURE, held_out_free, make_replay_reward_fn, make_tasks,
     prompt_pool, split_shapes, stratified_problems,
 )
-from gemmforge.search.learn.replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
+from .replay_reward import DATA_FILE, DEFAULT_DEVICE, ReplayReward
 
 STEP_FIELDS = ("step", "reward_mean", "reward_max", "legal_fraction", "distinct_fraction",
                "seconds")
@@ -103,10 +103,10 @@ class StepLog:
 
 def _logged_reward_fn(model: ReplayReward, log: StepLog):
     """The replayed reward, with each call's rewards and programs kept in `log`."""
-    from gemmforge.ir.program import Arch
-    from gemmforge.ir.text import parse_problem
-    from gemmforge.policy.dataset import _text
-    from gemmforge.policy.replies import parse_reply
+    from ...ir.program import Arch
+    from ...ir.text import parse_problem
+    from ...policy.dataset import _text
+    from ...policy.replies import parse_reply
     inner = make_replay_reward_fn(model)
 
     def reward_fn(completions, problem, arch, reply_prefix=None, **kw):
@@ -154,7 +154,7 @@ def load_model(model_dir: str | Path):
     """(model, tokenizer) in float32 (bf16 matmuls are ~4x slower on these CPUs), every
     newline-holding token an end token, so a completion is one line."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from gemmforge.policy.samplers import line_stop_ids
+    from ...policy.samplers import line_stop_ids
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="float32")
     model.generation_config.eos_token_id = line_stop_ids(tokenizer, model.generation_config)
@@ -164,11 +164,11 @@ def load_model(model_dir: str | Path):
 def _constrain(model, tokenizer, rows: list[dict]) -> None:
     """Make every generate() of `model` (TRL's sampling) follow the grammar of the rows'
     reply prefix (one backend and arch: search.learn.llm_tasks.CONFIG) and problem class."""
-    from gemmforge.ir.grammar import grammar
-    from gemmforge.ir.program import Arch
-    from gemmforge.ir.text import parse_problem
-    from gemmforge.policy.constrained import constrain_generate
-    from gemmforge.policy.samplers import line_stop_ids
+    from ...ir.grammar import grammar
+    from ...ir.program import Arch
+    from ...ir.text import parse_problem
+    from ...policy.constrained import constrain_generate
+    from ...policy.samplers import line_stop_ids
     classes = {(r["reply_prefix"], r["arch"], parse_problem(r["problem"]).layout,
                 parse_problem(r["problem"]).acc) for r in rows}
     if len(classes) != 1:
@@ -191,7 +191,7 @@ def rendered(tokenizer, messages: list[dict]) -> str:
     """The prompt as text through the chat template, the assistant turn left open when
     it holds the reply prefix (TRL renders chat prompts with a new assistant turn, so
     a prefix there would be closed before the model continues)."""
-    from gemmforge.policy.samplers import continuation_args
+    from ...policy.samplers import continuation_args
     prefix = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
     return tokenizer.apply_chat_template(messages, tokenize=False,
                                          **continuation_args(prefix))

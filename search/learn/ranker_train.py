@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gemmforge.ir.program import Problem
-from gemmforge.dispatch import ranker
-from gemmforge.dispatch.ranker import FEATURES, FORMAT, features
+from ...ir.program import Problem
+from ...dispatch import ranker
+from ...dispatch.ranker import FEATURES, FORMAT, features
 
 WEIGHT_SLOPE = 4.0
 LEAF_SCALE = 1e-6  # a leaf's value is written as an integer count of these: the file stays small
@@ -54,8 +54,8 @@ a few hundred KB."""
 def readings(path: str | Path) -> dict:
     """{problem: {program text: cuBLAS ratio, 0.0 where it failed}} of a campaign store's
     portfolio pass (campaign_store.read_only_rows; a program read twice keeps its best)."""
-    from gemmforge.search.measure.campaign_store import read_only_rows
-    from gemmforge.search.measure.shapes import parse_shapes
+    from ..measure.campaign_store import read_only_rows
+    from ..measure.shapes import parse_shapes
     out: dict = {}
     for problem, _, text, status, speedup, _ in read_only_rows(path, ("portfolio",)):
         shape, layout, acc = problem.split()
@@ -79,7 +79,7 @@ def merged_readings(paths) -> dict:
 def dataset(store: dict, sms: int) -> tuple:
     """(X [rows, FEATURES], target, weight, shape index per row, program text per row,
     shapes): one row per reading that passed, shapes in text order (module doc)."""
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     shapes = sorted(store, key=str)
     programs: dict = {}
     x, target, group, texts = [], [], [], []
@@ -108,7 +108,7 @@ def box(shapes) -> dict:
 def fit(x: np.ndarray, target: np.ndarray, weight: np.ndarray, seed: int,
         params: dict = PARAMS):
     """A HistGradientBoostingRegressor of `params` fitted to the rows."""
-    from gemmforge.compiler.extras import require
+    from ...compiler.extras import require
     require("sklearn")
     from sklearn.ensemble import HistGradientBoostingRegressor
     model = HistGradientBoostingRegressor(**params, random_state=seed)
@@ -138,8 +138,8 @@ def validate(store: dict, data: tuple, models: list[tuple], sms: int) -> dict:
     """Per held-out shape, the fraction of its best reading that the fold model's first
     choice reads, among the shape's timed programs seen at dispatch.choice.min_trained_shapes()
     of the fold's training shapes or more: their geomean, how many reach 0.95, shapes."""
-    from gemmforge.ir.text import parse
-    from gemmforge.dispatch.choice import min_trained_shapes
+    from ...ir.text import parse
+    from ...dispatch.choice import min_trained_shapes
     shapes, fractions = data[5], []
     for model, held, seen, trained in models:
         floor = min_trained_shapes(trained)
@@ -208,7 +208,7 @@ def model_json(model, device_class: str, layout: str, programs: Counter,
 
 
 def main(argv=None) -> int:
-    from gemmforge.dispatch.devices import multiprocessors
+    from ...dispatch.devices import multiprocessors
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, action="append",
                     help="a campaign store (sqlite file); repeat it to train on several")

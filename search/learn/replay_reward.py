@@ -39,10 +39,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from gemmforge.ir.knobs import KNOBS, knob_value
-from gemmforge.ir.program import Problem, Program
-from gemmforge.policy.reward import reward
-from gemmforge.search.measure.records import MeasureRequest, Result
+from ...ir.knobs import KNOBS, knob_value
+from ...ir.program import Problem, Program
+from ...policy.reward import reward
+from ..measure.records import MeasureRequest, Result
 
 DATA_FILE = Path(__file__).parents[1] / "data" / "measured_gpu.csv.gz"
 DEFAULT_DEVICE = "H100"
@@ -176,9 +176,9 @@ class ReplayReward:
 
     def result(self, program: Program | str, problem: Problem) -> Result:
         """The Result for one program: replayed, estimated, or invalid with the reason."""
-        from gemmforge.ir.program import IRError
-        from gemmforge.ir.text import parse
-        from gemmforge.ir.verify import check
+        from ...ir.program import IRError
+        from ...ir.text import parse
+        from ...ir.verify import check
         text = program if isinstance(program, str) else str(program)
         try:
             parsed = parse(text) if isinstance(program, str) else program
@@ -217,5 +217,5 @@ def is_estimated(result: Result) -> bool:
 
 
 def _parse(text: str) -> Program:
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     return parse(text)

@@ -31,13 +31,13 @@ import statistics
 import time
 from typing import Sequence
 
-from gemmforge.search.measure import gate, timing
-from gemmforge.ir.devices import A100, H100, H200
-from gemmforge.search.measure.operands import OperandPool
-from gemmforge.search.measure.records import (
+from . import gate, timing
+from ...ir.devices import A100, H100, H200
+from .operands import OperandPool
+from .records import (
     IMPLAUSIBLE, ArtifactRecord, BenchSettings, MeasureRequest, Result,
 )
-from gemmforge.search.measure.timing_protocols import PROTOCOLS
+from .timing_protocols import PROTOCOLS
 
 PLAUSIBILITY_MARGIN = 1.05
 """A time is flagged when it beats the chip's limit by more than this factor."""
@@ -323,7 +323,7 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
 def _measure(requests, artifacts, *, load, isolate_wrong: bool,
              progress=_quiet) -> list[Result]:
     import torch
-    from gemmforge.backends.pipeline import load as runtime_load
+    from ...backends.pipeline import load as runtime_load
     start = time.perf_counter()
     problem, settings, sync = requests[0].problem(), requests[0].settings, torch.cuda.synchronize
     for art in artifacts:

@@ -31,8 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.records import Result
+from ...ir.program import Problem
+from .records import Result
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -281,7 +281,7 @@ def _row_json(r: Result) -> str:
 
 @lru_cache(maxsize=4096)
 def _problem_fields(text: str) -> dict:
-    from gemmforge.ir.text import parse_problem
+    from ...ir.text import parse_problem
     p = parse_problem(text)
     return {"m": p.m, "n": p.n, "k": p.k, "layout": str(p.layout), "acc": str(p.acc)}
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gemmforge.policy.reward import L2_STATES, WORST_REWARD, reward
-from gemmforge.search.measure.measure import BuilderPool, DeviceRunner, measure
-from gemmforge.search.measure.records import BenchSettings, MeasureRequest, Result
+from ...policy.reward import L2_STATES, WORST_REWARD, reward
+from .measure import BuilderPool, DeviceRunner, measure
+from .records import BenchSettings, MeasureRequest, Result
 
 SEED_STRIDE = 3  # the gate uses seed, seed + 1, seed + 2 for one request
 
@@ -39,9 +39,9 @@ __all__ = ["L2_STATES", "WORST_REWARD", "evaluate", "reward"]
 
 def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureRequest | Result:
     """A MeasureRequest, or an `invalid` Result for text that doesn't parse or verify."""
-    from gemmforge.ir.program import IRError
-    from gemmforge.ir.text import parse
-    from gemmforge.ir.verify import check
+    from ...ir.program import IRError
+    from ...ir.text import parse
+    from ...ir.verify import check
     text = program if isinstance(program, str) else str(program)
     placeholder = MeasureRequest(text.strip(), problem.m, problem.n, problem.k,
                                  str(problem.layout), str(problem.acc), settings, seed)

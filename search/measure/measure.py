@@ -25,8 +25,8 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from gemmforge.search.measure.records import ArtifactRecord, MeasureRequest, Result, replace
-from gemmforge.search.measure.supervisor import STARTUP_TIMEOUT_S, Pool, Supervised, Worker, WorkerError
+from .records import ArtifactRecord, MeasureRequest, Result, replace
+from .supervisor import STARTUP_TIMEOUT_S, Pool, Supervised, Worker, WorkerError
 
 __all__ = ["BuilderPool", "Built", "DeviceRunner", "WorkerError", "measure"]
 
@@ -51,7 +51,7 @@ class BuilderPool(Supervised):
 
     def __init__(self, workers: int | None = None, timeout_s: float | None = None,
                  builder: str = DEFAULT_BUILDER):
-        from gemmforge.compiler.knobs import knobs
+        from ...compiler.knobs import knobs
         self.timeout_s = timeout_s or knobs().build_timeout_s + BUILD_TIMEOUT_MARGIN_S
         count = workers or os.cpu_count() or 1
         self._pool = Pool([Worker(["build", builder]) for _ in range(count)])

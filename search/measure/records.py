@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemmforge.search.measure.timing_protocols import PROTOCOLS
+from .timing_protocols import PROTOCOLS
 
 FAILURE_KINDS = ("invalid", "compile", "runtime", "timeout", "wrong")
 """invalid: the program does not parse or verify. compile: lowering or the toolchain failed.
@@ -216,7 +216,7 @@ class MeasureRequest(_Record):
 
     def problem(self):
         """The ir.Problem this request computes."""
-        from gemmforge.ir.program import Problem
+        from ...ir.program import Problem
         return Problem(self.m, self.n, self.k, self.layout, self.acc)
 
     @property
@@ -252,8 +252,8 @@ class ArtifactRecord(_Record):
         """The compiler.values.Artifact that backends.pipeline.load() takes."""
         from pathlib import Path
 
-        from gemmforge.compiler.values import Artifact
-        from gemmforge.ir.program import Accum, Layout
+        from ...compiler.values import Artifact
+        from ...ir.program import Accum, Layout
         return Artifact(self.key, self.kind, Path(self.path), self.program_text,
                         Layout(self.layout), Accum(self.acc), dict(self.meta))
 

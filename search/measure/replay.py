@@ -28,10 +28,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from gemmforge.ir.arch import MmaFamily, mma_family_on
-from gemmforge.ir.devices import H200
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.search.measure.records import Result
+from ...ir.arch import MmaFamily, mma_family_on
+from ...ir.devices import H200
+from ...ir.program import Arch, Problem, Program
+from .records import Result
 
 DATA = Path(__file__).parents[1] / "data"
 CUBLAS_GRID = DATA / "cublas_h200_grid.csv"
@@ -65,7 +65,7 @@ def _unit(*parts) -> float:
 
 def _cap(program: Program) -> float:
     """Peak fraction of the program's instruction path, from the backend's declared data."""
-    from gemmforge.backends import registry
+    from ...backends import registry
     backend = registry.get(program.backend)
     cap = FAMILY_CAPS[mma_family_on(backend.mma_family, program.arch)]
     return cap * (0.85 + 0.15 * _unit("backend", program.backend))  # per-backend quirk
@@ -74,7 +74,7 @@ def _cap(program: Program) -> float:
 def _efficiency(program: Program) -> float:
     """Fraction of the path's peak one CTA sustains: warp-tile reuse, CTA-tile reuse,
     latency hiding by stages, K step, bank conflicts, Hopper extras."""
-    from gemmforge.backends import registry
+    from ...backends import registry
     t, w = program.tile, program.warps
     wt_m, wt_n = t.bm / w.wm, t.bn / w.wn
     warp = min(1.0, (wt_m * wt_n / (wt_m + wt_n)) / 32)
@@ -94,7 +94,7 @@ def _efficiency(program: Program) -> float:
 def _waves(program: Program, ctas: int) -> float:
     """CTA-times per SM: waves of SMS x (CTAs resident per SM), each resident CTA getting
     its share of the SM (a little better latency hiding with two)."""
-    from gemmforge.backends import registry
+    from ...backends import registry
     t = program.tile
     smem = program.stages * (t.bm + t.bn) * t.bk * 2
     threads = program.warps.count * registry.get(program.backend).unit_threads
@@ -184,7 +184,7 @@ def load_records(path: Path | str) -> dict[Key, Result]:
     search.measure.report wrote or a JSONL of Result dicts; a later row wins."""
     path = Path(path)
     if path.suffix == ".csv":
-        from gemmforge.search.measure.report import read_csv
+        from .report import read_csv
         rows = read_csv(path)
     else:
         rows = [Result.from_dict(json.loads(line)) for line in path.read_text().splitlines()
@@ -223,7 +223,7 @@ class ReplayRunner:
 
     def answer(self, program: Program, problem: Problem) -> Result:
         """The Result for one program (see the module docstring for the order)."""
-        from gemmforge.ir.verify import check
+        from ...ir.verify import check
         text = str(program)
         base = Result(text, problem.m, problem.n, problem.k, str(problem.layout),
                       str(problem.acc), key=program.key)
@@ -253,5 +253,5 @@ class ReplayRunner:
 
 
 def _failed(base: Result, kind: str, message: str) -> Result:
-    from gemmforge.search.measure.records import replace
+    from .records import replace
     return replace(base, status="failed", kind=kind, message=message)

@@ -21,9 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from gemmforge.compiler.extras import require
-from gemmforge.search.measure.records import Result
-from gemmforge.search.measure.timing_protocols import PROTOCOLS
+from ...compiler.extras import require
+from .records import Result
+from .timing_protocols import PROTOCOLS
 
 _SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
 _TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.search.measure.records import Result
+from ...ir.program import Arch, Problem, Program
+from .records import Result
 
 
 class Runner(Protocol):
@@ -38,7 +38,7 @@ class HarnessRunner:
     processes kept for the runner's life. `settings` are the harness's BenchSettings."""
 
     def __init__(self, device_index: int = 0, builders: int | None = None, settings=None):
-        from gemmforge.search.measure.measure import BuilderPool, DeviceRunner
+        from .measure import BuilderPool, DeviceRunner
         self._runner = DeviceRunner(devices=[device_index])
         self._builders = BuilderPool(builders)
         self.settings = settings
@@ -47,7 +47,7 @@ class HarnessRunner:
         self.archs = archs_for_sm(info.get("sm"))
 
     def evaluate(self, programs: Sequence[Program], problem: Problem) -> list[Result]:
-        from gemmforge.search.measure.env import evaluate
+        from .env import evaluate
         return evaluate(programs, problem, device_runner=self._runner,
                         builders=self._builders, settings=self.settings)
 
@@ -56,7 +56,7 @@ class HarnessRunner:
         the view) that times with `protocols` instead (search.tune.confirm: a confirmation adds
         the after protocol below the large class)."""
         from copy import copy
-        from gemmforge.search.measure.records import BenchSettings, replace
+        from .records import BenchSettings, replace
         view = copy(self)
         view.settings = replace(self.settings or BenchSettings(), protocols=tuple(protocols))
         return view

@@ -12,9 +12,9 @@ import math
 import statistics
 from typing import Callable
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.search.measure.records import Result
+from ...ir.program import Problem
+from .shapes import shape_class
+from .records import Result
 
 
 def ok(r: Result) -> bool:

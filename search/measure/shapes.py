@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from gemmforge.ir.program import Problem
+from ...ir.program import Problem
 
 GRID = Path(__file__).parents[1] / "data" / "grid_1000.txt"
 LARGE_FLOPS = 1e11   # the large class (187 grid shapes): sustained load matters
@@ -29,7 +29,7 @@ def shape_class(problem: Problem) -> str:
 def parse_shapes(spec: str, layout: str = "nn", acc: str = "f32") -> list[Problem]:
     """Problems from a --shapes value (see the module docstring); raises IRError on a bad
     shape."""
-    from gemmforge.ir.text import parse_problem
+    from ...ir.text import parse_problem
     return [parse_problem(f"{s} {layout} {acc}") for s in shape_texts(spec)]
 
 
@@ -52,8 +52,8 @@ def shape_texts(spec: str) -> list[str]:
 
 
 def _grid_classes(classes: list[str]) -> list[str]:
-    from gemmforge.ir.program import IRError
-    from gemmforge.ir.text import parse_problem
+    from ...ir.program import IRError
+    from ...ir.text import parse_problem
     unknown = sorted(set(classes) - set(CLASSES))
     if unknown:
         raise IRError(f"--shapes grid:{','.join(classes)}: unknown class "

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-from gemmforge.compiler.child import python_module
+from ...compiler.child import python_module
 
 STARTUP_TIMEOUT_S = 300.0  # a GPU worker imports torch and creates a CUDA context
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from gemmforge.search.measure.records import BenchSettings
+from .records import BenchSettings
 
 SLOW_CONFIRMATIONS = 2
 """How many more times calibrate() times a launch that read slower than its cut-off."""

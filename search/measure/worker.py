@@ -40,10 +40,10 @@ import time
 import traceback
 from pathlib import Path
 
-from gemmforge.compiler.values import BuildError
-from gemmforge.ir.program import IRError
-from gemmforge.search.measure.gate import GateFailure
-from gemmforge.search.measure.records import ArtifactRecord, MeasureRequest, Result
+from ...compiler.values import BuildError
+from ...ir.program import IRError
+from .gate import GateFailure
+from .records import ArtifactRecord, MeasureRequest, Result
 
 EXIT_AFTER_ERROR = 3
 """Exit status of a worker that stopped on purpose after an error it can't recover from."""
@@ -69,9 +69,9 @@ def build_one(request: MeasureRequest, target_sm: int | None) -> ArtifactRecord:
     """Verify, lower and build `request`'s program (backends.pipeline.compile) for a device
     of compute capability `target_sm` (None: the program's own arch). Raises ir.IRError
     (VerifyError included) or compiler.values.BuildError."""
-    from gemmforge.compiler.values import Target
-    from gemmforge.backends.pipeline import compile as compile_program
-    from gemmforge.ir.text import parse
+    from ...compiler.values import Target
+    from ...backends.pipeline import compile as compile_program
+    from ...ir.text import parse
     artifact = compile_program(parse(request.program), request.problem(), Target(target_sm))
     return ArtifactRecord.from_artifact(artifact)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from gemmforge.search.tune.studies import fail_stale_trials
+from .studies import fail_stale_trials
 
 
 def fail_stale(study) -> int:

@@ -24,11 +24,11 @@ without pdl joins the contenders: the trials' ranking can leave it out of the to
 """
 from __future__ import annotations
 
-from gemmforge.search.measure.env import WORST_REWARD, reward
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.search.measure.records import Result
-from gemmforge.search.measure.selection import selection_ratio
-from gemmforge.search.tune.studies import measured_trials
+from ..measure.env import WORST_REWARD, reward
+from ..measure.shapes import shape_class
+from ..measure.records import Result
+from ..measure.selection import selection_ratio
+from .studies import measured_trials
 
 ATTR = "confirmed"
 
@@ -59,9 +59,9 @@ def pdl_free_twins(programs: list[str], problem) -> list[str]:
     """Below the large class, each of `programs` that has pdl, without it, where that is
     legal at `problem` and not listed already; [] for the large class (chosen under load,
     where pdl's overlap of back-to-back launches is what a long run sees)."""
-    from gemmforge.ir.text import parse
-    from gemmforge.ir.verify import check
-    from gemmforge.search.measure.records import replace
+    from ...ir.text import parse
+    from ...ir.verify import check
+    from ..measure.records import replace
     if shape_class(problem) == "large":
         return []
     twins: list[str] = []
@@ -102,7 +102,7 @@ def confirm(runner, study, problem, top: int, database=None,
 
     Returns (the confirmed best Result, whether it was measured now), or (None, False)
     when there is nothing to confirm or none of the contenders measured ok again."""
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     entry = database.best(runner.device, problem) if database is not None else None
     programs = contenders(study, top, str(entry.program) if entry else None, problem)
     if not programs:

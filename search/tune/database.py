@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from gemmforge.dispatch.tuned import TunedTable
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.records import Result
+from ...dispatch.tuned import TunedTable
+from ...ir.program import Problem
+from ..measure.records import Result
 
 
 class TunedDatabase(TunedTable):
@@ -38,7 +38,7 @@ class TunedDatabase(TunedTable):
 
     def _upsert(self, device, problem, result: Result, command: str, study: str,
                 replace: bool = False) -> bool:
-        from gemmforge.ir.text import parse
+        from ...ir.text import parse
         program = parse(result.program)
         values = dict(device=device, problem=str(problem), m=problem.m, n=problem.n,
                       k=problem.k, layout=str(problem.layout), acc=str(problem.acc),

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gemmforge.ir.program import Arch, Problem, Program
-from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve, usable
-from gemmforge.dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
-from gemmforge.search.measure.records import BenchSettings, Result
-from gemmforge.search.measure.selection import selection_ratio
+from ...ir.program import Arch, Problem, Program
+from ...dispatch.choice import MAX_DISTANCE, distance, resolve, usable
+from ...dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
+from ..measure.records import BenchSettings, Result
+from ..measure.selection import selection_ratio
 
 QUICK_BACKENDS = ("cuda_wgmma", "triton")
 """The heuristic's backends for the quick tune: the two that won the grid campaign."""
@@ -51,7 +51,7 @@ def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
             break
         if program not in out:
             out.append(program)
-    from gemmforge.policy.heuristic import HeuristicPolicy
+    from ...policy.heuristic import HeuristicPolicy
     for backend in backends:
         for program in HeuristicPolicy(backend).propose(problem, arch, per_backend):
             if program not in out and usable(program, problem):
@@ -64,7 +64,7 @@ def _shipped_nearest(problem, arch, cls, path, limit) -> list[Program]:
     `problem`, in the order neighbour_candidates documents (duplicates kept)."""
     if not cls:
         return []
-    from gemmforge.dispatch.shipped import shipped
+    from ...dispatch.shipped import shipped
     book, classes = shipped(path), lookup_classes(cls)
     rows = []
     for rank, c in enumerate(classes):

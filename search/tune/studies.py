@@ -19,9 +19,9 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from gemmforge.dispatch.tuned import default_storage, engine_kwargs
-from gemmforge.ir.program import Problem
-from gemmforge.policy.reward import INVALID_REWARD
+from ...dispatch.tuned import default_storage, engine_kwargs
+from ...ir.program import Problem
+from ...policy.reward import INVALID_REWARD
 
 def study_name(device: str, problem: Problem) -> str:
     """"<device> | <problem text>", e.g. "NVIDIA H200 | 1024x1024x1024 nn f32"."""

@@ -103,7 +103,7 @@ def carried(storage, sources: list[str], space, distributions: dict) -> list:
     best)."""
     from optuna.trial import TrialState, create_trial
 
-    from gemmforge.ir.text import parse
+    from ...ir.text import parse
     out, seen = [], {}
     for name in sources:
         study = _load(storage, name)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gemmforge.ir.program import Problem
-from gemmforge.policy.registry import make_policy
-from gemmforge.search.tune.tune_summary import summary_table, timing_line  # noqa: F401 (their home)
+from ...ir.program import Problem
+from ...policy.registry import make_policy
+from .tune_summary import summary_table, timing_line  # noqa: F401 (their home)
 
 WORKER_STOP_WAIT_S = 60  # how long an interrupted run waits for spawned workers to report
 
@@ -29,21 +29,21 @@ def make_runner(job: dict, index: int):
     the GPU harness on CUDA device `index`."""
     replay = job.get("replay")
     if replay:
-        from gemmforge.search.measure.replay import ReplayRunner
+        from ..measure.replay import ReplayRunner
         records = None if replay == "synthetic" else replay
         return ReplayRunner(records, device=job.get("device", "replay"),
                             archs=job.get("archs", ("sm_90a", "sm_80")),
                             delay_s=job.get("delay_s", 0.0))
-    from gemmforge.search.measure.records import BenchSettings
-    from gemmforge.search.measure.runners import HarnessRunner
+    from ..measure.records import BenchSettings
+    from ..measure.runners import HarnessRunner
     settings = BenchSettings(protocols=tuple(job.get("protocols") or ("kernel",)))
     return HarnessRunner(index, builders=job.get("builders"), settings=settings)
 
 
 def _tuner(job: dict, index: int, runner, events, stop):
     """Worker `index`'s Tuner and policy for `job`."""
-    from gemmforge.search.tune.database import TunedDatabase
-    from gemmforge.search.tune.tuner import Budget, Tuner, TuneSettings
+    from .database import TunedDatabase
+    from .tuner import Budget, Tuner, TuneSettings
     settings = TuneSettings(
         budget=Budget(job["budget"], job.get("seconds")), batch=job.get("batch", 8),
         backends=tuple(job["backends"]) if job.get("backends") else None,
@@ -66,7 +66,7 @@ def run_worker(job: dict, index: int, events=None) -> dict:
     its runner; report progress to `events` (a queue, or a callable). Returns
     {"outcomes": one dict per problem, "interrupted": the signal that stopped it or None,
     "policy": the policy's report() or None}. Top level so a spawned process can run it."""
-    from gemmforge.search.tune.interrupts import Interrupted, stop_on_signals
+    from .interrupts import Interrupted, stop_on_signals
     problems = [Problem(*p) for p in job["problems"]]
     runner = make_runner(job, index)
     interrupted = None
@@ -99,8 +99,8 @@ def _seed_llm_examples(policy, job: dict, problems: list[Problem], archs) -> Non
         print("note: --llm-examples replay: the examples are sm_90a programs and this GPU "
               "runs none; the prompts start without them", file=sys.stderr)
         return
-    from gemmforge.policy.prompts import PromptConfig
-    from gemmforge.search.learn.llm_tasks import seed_examples
+    from ...policy.prompts import PromptConfig
+    from ..learn.llm_tasks import seed_examples
     backends = tuple(job.get("backends") or ())
     seed_examples(policy.lineage, problems, seed=job.get("seed") or 0,
                   config=PromptConfig(backends=backends, reply=(job.get("llm") or {}).get(
@@ -110,7 +110,7 @@ def _seed_llm_examples(policy, job: dict, problems: list[Problem], archs) -> Non
 def _keep_learning(policy, job: dict, index: int) -> None:
     """Worker 0 saves a learned policy after tuning, with what it observed (its updates
     every `update_every` results), where the next `--policy learned` run loads it."""
-    from gemmforge.policy.learned import LearnedPolicy, default_checkpoint
+    from ...policy.learned import LearnedPolicy, default_checkpoint
     if index == 0 and isinstance(policy, LearnedPolicy) and job.get("storage") != ":memory:":
         policy.save(Path(job["checkpoint"]) if job.get("checkpoint") else default_checkpoint())
 
@@ -129,7 +129,7 @@ def run_workers(job: dict, progress: bool = True, report=None) -> list[dict]:
     workers); `report` (search.tune.tune_summary.RunReport) sees every event and worker report."""
     import multiprocessing as mp
     from tqdm import tqdm
-    from gemmforge.search.tune.tune_summary import RunReport
+    from .tune_summary import RunReport
     report = report if report is not None else RunReport()
     n = job.get("workers", 1)
     total = tqdm(total=job["budget"] * len(job["problems"]), desc="all shapes",
@@ -167,8 +167,8 @@ def run_workers(job: dict, progress: bool = True, report=None) -> list[dict]:
 
 def _prepare_storage(url: str | None) -> None:
     """Create optuna's and the tuned database's tables once, before workers race to."""
-    from gemmforge.search.tune.database import TunedDatabase
-    from gemmforge.search.tune.studies import open_storage
+    from .database import TunedDatabase
+    from .studies import open_storage
     if url and url != ":memory:":
         open_storage(url)
         TunedDatabase(url).close()
@@ -194,7 +194,7 @@ def _collect(queue, procs, show) -> list[dict]:
     finished (those silent after WORKER_STOP_WAIT_S are killed)."""
     import os
     import time
-    from gemmforge.search.tune.interrupts import Interrupted, stop_on_signals
+    from .interrupts import Interrupted, stop_on_signals
     done: dict[int, dict] = {}
     with stop_on_signals():
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gemmforge.ir.program import Problem
-from gemmforge.search.measure.records import Result
+from ...ir.program import Problem
+from ..measure.records import Result
 
 
 @dataclass(frozen=True)

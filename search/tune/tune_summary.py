@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from gemmforge.search.measure.env import WORST_REWARD
+from ..measure.env import WORST_REWARD
 
 
 class RunReport:

@@ -42,17 +42,17 @@ import warnings
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from gemmforge.ir.program import Problem
-from gemmforge.ir.space import Space
-from gemmforge.search.tune import study_spaces
-from gemmforge.search.tune.candidate_trials import claim, fail_stale, known_programs, reject, requeue
-from gemmforge.search.measure.env import WORST_REWARD, reward
-from gemmforge.search.measure.records import Result
-from gemmforge.search.measure.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
-from gemmforge.search.tune.tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
-from gemmforge.search.tune.studies import (MESSAGE_CHARS, OWNER_ATTR, TUNER_PREFIX, heartbeat,
-                                     make_sampler, measured_trials, open_storage, owner_tag,
-                                     study_name, trial_id, trial_result)
+from ...ir.program import Problem
+from ...ir.space import Space
+from . import study_spaces
+from .candidate_trials import claim, fail_stale, known_programs, reject, requeue
+from ..measure.env import WORST_REWARD, reward
+from ..measure.records import Result
+from ..measure.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
+from .tune_records import Budget, Outcome, TuneSettings  # noqa: F401 (re-exported)
+from .studies import (MESSAGE_CHARS, OWNER_ATTR, TUNER_PREFIX, heartbeat,
+                      make_sampler, measured_trials, open_storage, owner_tag,
+                      study_name, trial_id, trial_result)
 
 
 class _Serialized:
@@ -168,7 +168,7 @@ class Tuner:
         return self.stop.shield() if self.stop is not None else nullcontext()
 
     def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
-        from gemmforge.search.tune.confirm import confirm, source_of
+        from .confirm import confirm, source_of
         start = time.monotonic()
         best, measured = confirm(self.runner, study, problem, self.settings.confirm,
                                  self.database, self.settings.command)
@@ -212,7 +212,7 @@ class Tuner:
 
     def _observe_history(self, study, problem: Problem) -> None:
         """Let the policy observe results stored by earlier runs or other workers."""
-        from gemmforge.ir.text import parse
+        from ...ir.text import parse
         if self.policy is None:
             return
         for t in measured_trials(study.get_trials(deepcopy=False)):
@@ -238,7 +238,7 @@ class Tuner:
     def _ask(self, study, space: Space, problem: Problem, room: int) -> list[tuple]:
         """Up to `room` (trial, program, source) to measure; invalid and duplicate asks are
         told at once; after max_rejects of them in a row a random legal program is queued."""
-        from gemmforge.ir.verify import check
+        from ...ir.verify import check
         known, batch, rejects = known_programs(study), [], 0
         for _ in range(room * self.settings.max_rejects * 4):
             if len(batch) == room:

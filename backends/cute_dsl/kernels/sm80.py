@@ -25,7 +25,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
-from gemmforge.backends.cute_dsl.kernels.common import operand_views, tile_coords
+from .common import operand_views, tile_coords
 
 MMA_SHAPE = (16, 8, 16)
 SMEM_ATOM_ROWS = 8       # rows of one swizzle atom

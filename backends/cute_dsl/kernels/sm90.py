@@ -27,7 +27,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from gemmforge.backends.cute_dsl.kernels.common import operand_views, tile_coords
+from .common import operand_views, tile_coords
 
 WARPGROUP = 128        # threads of one warpgroup
 WARPGROUP_WARPS = 4
