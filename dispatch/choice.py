@@ -1,62 +1,25 @@
 """Where a program comes from: one resolver for `matmul`, `emit`, `bench` and the torch op.
 
     choice = resolve(Problem(4099, 4096, 4096), Arch.SM90A, "h100")
-    choice.program       # the Program to build
+    choice.program       # the Program to build (None: cuBLAS serves, Choice.cublas)
     choice.provenance    # "tuned-exact" | "tuned-nearest" | "shipped-exact" | "shipped-nearest" | "heuristic"
     choice.line()        # "program: shipped-nearest (h100, distance 0.00 to 4096x4096x4096 nn f32, 1.05x cuBLAS)"
 
-Sources, both filtered by device class (dispatch.devices: a device's own class, then the
-classes of the same die), layout, accumulator and the program's arch:
-  - the user's tuned database (dispatch.tuned; consulted only when SQLAlchemy is importable
-    and the database exists; rows of replayed or synthetic runs have no class and never match);
-  - the shipped file inside the package (dispatch.shipped; the standard library reads it).
-Among the candidates whose program is legal for the problem (ir.verify.check) and whose
-shape lies within MAX_DISTANCE, the nearest wins; at equal distance the device's own class
-before a sibling's, the tuned database before the shipped file, then the higher measured
-speedup. So an exact shape always beats a neighbour, and the user's own measurement of a
-shape beats the shipped one. With no candidate, the heuristic policy's program.
+Sources, both filtered by device class (dispatch.devices: the device's own class, then the
+classes of the same die), layout, accumulator and the program's arch: the user's tuned
+database (dispatch.tuned; only where SQLAlchemy is importable and the database exists) and
+the shipped file (dispatch.shipped). Among candidates legal for the problem (ir.verify.check)
+within MAX_DISTANCE, the nearest wins; at equal distance the device's own class before a
+sibling's, the tuned database before the shipped file, then the higher measured speedup.
+With no candidate, the heuristic policy's program.
 
-Where that nearest candidate is a shipped neighbour (not an exact row, not the user's tuned
-database), a rule picks among the shipped programs instead (`rule`, default DEFAULT_RULE):
-
-  - "learned": every distinct shipped program of the class (of the arch, not of an excluded
-    backend; those the model saw timed at min_trained_shapes() of its shapes or more, and the
-    wave rule's pick), ranked at this shape by a learned cost model of the shape's layout
-    (dispatch.ranker: gradient-boosted trees over the shape, the program's fields and its
-    tiles' waves and padding here, trained on campaign portfolio readings, shipped as
-    dispatch/data/ranker_h100.json for nn (the grid campaign and 300 random shapes off the
-    grid) and ranker_h100_nt.json for nt (the nt sample and LLM campaigns and 150 random
-    shapes), walked with numpy); the best ranked that is usable
-    here wins, the wave rule's pick among equals. No model file for the layout (or one that
-    does not load, or one of another layout or of a class that is neither the device's nor a
-    sibling's: an H200's rows are ranked by the H100's model): the wave rule, silently. A program
-    need not have been measured near this shape: the model carries each one across the grid,
-    which the wave rule's one measured time cannot (a perfect chooser among the neighbours
-    reads only 0.91 of tuning off the grid; the best shipped program anywhere 0.995). So
-    where no shipped row lies within reach at all, the learned rule still ranks the class's
-    shipped programs, provided the shape lies inside the range of the model's training
-    shapes (Ranker.covers); outside it, the heuristic's program. Replayed at the random nt
-    shapes the shipped nt rows do not reach (the models trained without them): the model's
-    pick 0.945-0.949 of the best reading there, the heuristic's 0.814-0.858.
-  - "waves": ALL the shipped neighbours within MAX_DISTANCE of the nearest's device class
-    (a sibling's rows were timed on another memory system), each one's measured kernel
-    time carried to this shape by its waves of tiles (dispatch.waves.predicted_us:
-    ceil(m/bm) x ceil(n/bn) x split_k tiles over the class's SMs), the shortest predicted
-    time winning (ties: the nearest). The nearest neighbour's tile can leave a thin last
-    row of tiles (m = 77 in 64-row tiles) or a second wave at this shape; a neighbour one
-    step further may not.
-  - "nearest": the nearest alone.
-
-Measured live on an H100 (benchmarks/off_grid.py: each pick timed beside the shape's tuned
-winner in one group), 30 model layer shapes off the grid, none a training shape: learned
-0.981 and 0.982 of tuning the shape in two runs (25 and 24 of 30 within 5 %; the grid-only
-model read 0.920 and 0.934, the wave rule 0.881), at layout nt 0.976 in both of two runs
-(0.874 with the model before the random shapes; 0.956 and 0.964 before the learned rule
-ranked the shipped programs where no row is within reach). Replayed on recorded H100 campaigns
-(benchmarks/off_grid_rule.py; offline; a pick over the best recorded program at the shape,
-untimed picks left out), leave-one-out over the 813 grid shapes (the learned rule's model
-trained without the shape's fold): nearest 0.924 (781 timed) / waves 0.945 (759) / learned
-0.958 (673).
+Where the nearest candidate is a shipped neighbour, a rule (RULES, default DEFAULT_RULE)
+picks among the shipped programs: "learned" ranks the class's shipped programs at this shape
+with the layout's learned model (dispatch.ranker; also where no row is within reach, if the
+model's training shapes cover the shape; without a usable model, the wave rule), "waves"
+carries each neighbour's measured time to this shape by its waves of tiles
+(dispatch.waves.predicted_us), "nearest" takes the nearest alone. How each rule reads
+against tuning the shape, and the commands that measured it: docs/dispatch.md.
 """
 from __future__ import annotations
 
@@ -75,7 +38,7 @@ program to be used. The grid's shapes are one octave apart in each of m, n and k
 the box (m = 1 to 31: a GEMV, not a GEMM the grid measured) or more than an octave from
 every tuned shape, where a program's tile and schedule no longer describe the problem. (The
 learned rule then ranks the shipped programs by its model where the model's training
-shapes cover the shape: the module doc.)"""
+shapes cover the shape: the module doc and docs/dispatch.md.)"""
 
 SOURCES = ("tuned", "shipped")  # preference order at equal distance and class
 RULES = ("learned", "waves", "nearest")  # how a shipped program is picked (module doc)

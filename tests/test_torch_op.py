@@ -215,7 +215,7 @@ def routing(monkeypatch):
     excluded-backends set to the program text resolved (None: cuBLAS); the record lists what
     reached the table."""
     from gemmforge.ir.text import parse
-    from gemmforge.search.choice import Choice
+    from gemmforge.dispatch.choice import Choice
     state = {"choices": {frozenset(): TRITON, frozenset({"triton"}): WGMMA}, "table": [],
              "build": lambda program: _FakeKernel(str(program), program.backend != "triton")}
 
