@@ -304,7 +304,7 @@ class LearnedPolicy:
         groups, rewards = [], []
         for i, search in enumerate(searches):
             mine = sampled[i * group:(i + 1) * group]
-            rewards += search.measure.measure(mine, "model")
+            rewards += search.measure(mine, "model")
             search.climb(count)
             members = [p for p in mine if p is not None] + list(dict.fromkeys(
                 search.elites(self.elites) + search.leaders()))

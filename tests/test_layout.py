@@ -177,13 +177,13 @@ def test_the_runtime_path_needs_neither_optuna_nor_sqlalchemy():
 
 
 def test_the_runtime_path_imports_nothing_of_search(tmp_path):
-    """Picking a program (ops, emit; the shipped file, the ranker, a tuned-database lookup)
+    """Picking a program (ops, emit, patch; the shipped file, the ranker, a tuned-database lookup)
     loads dispatch and the floors below it, and no module of search (its measurement,
     tuning, campaign and learning parts), nor optuna or scikit-learn."""
     import subprocess
     import sys
     code = ("import sys\n"
-            "import gemmforge, gemmforge.ops, gemmforge.emit\n"
+            "import gemmforge, gemmforge.ops, gemmforge.emit, gemmforge.patching\n"
             "from gemmforge.ir import Problem\n"
             "from gemmforge.ir.program import Arch\n"
             "choice = gemmforge.ops.choice_for(Problem(1000, 4096, 333), Arch.SM90A, 'h100')\n"
