@@ -117,7 +117,6 @@ def check_same(stock_model, ours_model, ids) -> float:
 def run_family(family: str, args, device: str, writer) -> None:
     import torch
     import gemmforge
-    from gemmforge import linears
     stock = build(family, args.layers)
     ours = copy.deepcopy(stock)
     start = time.time()
@@ -129,9 +128,8 @@ def run_family(family: str, args, device: str, writer) -> None:
             err = check_same(stock, ours, ids)
             if err > args.max_error:
                 raise SystemExit(f"{family} T={t}: patched logits differ from stock by {err:.2e}")
-            programs = sum(1 for key in linears._prepared if key[0] == torch.ops.gemmforge._bucket(t)
-                           and torch.ops.gemmforge._registered(t, key[1], key[2], 1, key[3])
-                           not in ("", "cublas"))
+            programs = sum(1 for n, k in report.shapes
+                           if torch.ops.gemmforge._registered(t, n, k, 1, 0) not in ("", "cublas"))
             for mode in args.modes:
                 row = compare(runner(stock, ids, mode), runner(ours, ids, mode), args.rounds,
                               args.iters if t < 1024 or mode == "graph" else max(2, args.iters // 4))
