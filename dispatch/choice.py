@@ -345,7 +345,7 @@ def _tuned(problem, arch, classes, limit, url) -> list[Choice]:
         d = distance(problem, e.problem)
         if d <= limit and usable(e.program, problem):
             out.append(Choice(e.program, "tuned", d, e.problem, cls, e.speedup, e.command,
-                              ratio=e.speedup))
+                              ratio=e.ratio if e.ratio is not None else e.speedup))
     return out
 
 

@@ -71,6 +71,7 @@ def _table(metadata):
         Column("kernel_us", Float), Column("cublas_us", Float), Column("speedup", Float),
         Column("call_us", Float), Column("cublas_call_us", Float),
         Column("call_speedup", Float),
+        Column("ratio", Float),  # the ratio the entry was chosen by (RATIO_DOC)
         Column("command", Text, nullable=False, default=""),
         Column("study", Text, nullable=False, default=""),
         Column("updated", DateTime, nullable=False),
@@ -78,10 +79,16 @@ def _table(metadata):
     )
 
 
+RATIO_DOC = """cuBLAS time / ours by the protocol the entry was chosen by
+(search.measure.selection.selection_ratio: after another kernel below the large class where
+measured, sustained for the large class): what dispatch.choice's cuBLAS rule reads. None in
+rows written before the column existed (the rule then reads `speedup`)."""
+
+
 @dataclass(frozen=True)
 class Entry:
     """One tuned row: times in µs; speedup is Result.speedup (the median per-round ratio
-    where measured), call_speedup = cublas_call_us / call_us."""
+    where measured), call_speedup = cublas_call_us / call_us, ratio as RATIO_DOC says."""
 
     device: str
     problem: Problem
@@ -95,6 +102,7 @@ class Entry:
     command: str
     study: str
     updated: datetime
+    ratio: float | None = None
 
 
 def _entry(row) -> Entry:
@@ -102,7 +110,7 @@ def _entry(row) -> Entry:
     problem = Problem(row.m, row.n, row.k, row.layout, row.acc)
     return Entry(row.device, problem, parse(row.program), row.kernel_us, row.cublas_us,
                  row.speedup, row.call_us, row.cublas_call_us, row.call_speedup, row.command,
-                 row.study, row.updated)
+                 row.study, row.updated, getattr(row, "ratio", None))
 
 
 class TunedTable:
@@ -123,6 +131,24 @@ class TunedTable:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Bring a table made by an earlier version up to this one: add the nullable columns
+        it lacks (ALTER TABLE ADD COLUMN; a concurrent opener may have added them first)."""
+        import sqlalchemy
+        have = {c["name"] for c in sqlalchemy.inspect(self.engine).get_columns(TABLE)}
+        for column in self.table.columns:
+            if column.name in have or not column.nullable:
+                continue
+            kind = column.type.compile(dialect=self.engine.dialect)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(sqlalchemy.text(f'ALTER TABLE {TABLE} ADD COLUMN "{column.name}" {kind}'))
+            except sqlalchemy.exc.DBAPIError:
+                if column.name not in {c["name"] for c in
+                                       sqlalchemy.inspect(self.engine).get_columns(TABLE)}:
+                    raise
 
     def best(self, device: str, problem: Problem) -> Entry | None:
         t = self.table

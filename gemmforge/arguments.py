@@ -203,3 +203,14 @@ def _sqlite_folder(name: str, path: Path) -> None:
         raise UsageError(f"{name}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"{name}: can't write {path}")
+
+
+def positive_ints(name: str, text: str) -> tuple[int, ...]:
+    """A comma list of positive integers (a UsageError naming `name` otherwise)."""
+    try:
+        values = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{name}: {text!r} is not a comma list of positive integers")
+    return values

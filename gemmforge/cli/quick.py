@@ -83,6 +83,7 @@ def cmd_quick(args) -> int:
 
 def _lines(o) -> list[str]:
     """A shape's report: a header, one line per candidate (ratio or failure), the winner."""
+    from ..search.measure.selection import selection_ratio
     out = [f"{o.problem}: {len(o.candidates)} candidates"]
     for text, r in zip(o.candidates, o.results or [None] * len(o.candidates)):
         mark = "*" if o.best is not None and r is o.best else " "
@@ -100,6 +101,8 @@ def _lines(o) -> list[str]:
         kept = "recorded" if o.recorded else "not recorded (the stored entry measured as high or higher)"
         after = ("" if o.best.after_speedup is None
                  else f" ({o.best.after_speedup:.3f}x after another kernel, which picks it)")
-        out.append(f"  winner {o.best.speedup:.3f}x cuBLAS{after}, {kept}; program: "
+        lead = ("" if selection_ratio(o.problem, o.best) >= 1.0 else
+                "; cuBLAS leads this shape, so matmul and patch call cuBLAS here")
+        out.append(f"  winner {o.best.speedup:.3f}x cuBLAS{after}, {kept}{lead}; program: "
                    f"{o.before} -> {o.after}")
     return out

@@ -5,6 +5,14 @@
     gemmforge tune --shapes grid --budget 16 --storage postgresql+psycopg://user@host/db
     gemmforge tune --shapes sample:20 --budget 32 --replay synthetic      # no GPU: replayed
     gemmforge tune --shapes 77x4096x4096 --quick     # 8 neighbourhood candidates, one group
+    gemmforge tune --model llama --tokens 1,16,64,256,1024,4096 --budget 16   # a model's layers
+
+`--model`: the linear layers of a model (a transformers model type or config.json, or
+`module:function` returning a torch module; gemmforge.model_layers), one layout-nt shape per
+distinct (n, k) and token bucket of `--tokens` (the power of two at or above each count,
+as gemmforge.patch chooses programs): each is quick-tuned first (as `--quick`), then, unless
+`--quick` is given, searched with `--budget`/`--seconds` per shape; both record into the
+tuned database that `patch` and `matmul` read.
 
 `--shapes`: a comma list of MxNxK, `grid` (the 1000 shapes of search/data/grid_1000.txt),
 `sample:N[:SEED]` (N grid shapes drawn with SEED, default 0), or `@file` (one shape per
@@ -73,6 +81,28 @@ def _report_name(args) -> None:
         check_report_args(args.report, args.report_dir, "--report")
 
 
+def model_shapes(args) -> None:
+    """With --model: its layers' shapes as args.shapes (layout nt); checks --shapes/--tokens."""
+    if args.model is None:
+        if args.shapes is None:
+            raise UsageError("tune: give --shapes or --model")
+        if args.tokens is not None:
+            raise UsageError("--tokens needs --model")
+        return
+    if args.shapes is not None:
+        raise UsageError("--model and --shapes: give one of them")
+    if args.layout not in ("nn", "nt"):
+        raise UsageError(f"--layout: {args.layout!r} is not nn or nt")
+    from ..model_layers import model_problems
+    tokens = arguments.positive_ints("--tokens", args.tokens or DEFAULT_TOKENS)
+    problems = model_problems(args.model, tokens)
+    args.shapes = ",".join(f"{p.m}x{p.n}x{p.k}" for p in problems)
+    args.layout = "nt"
+
+
+DEFAULT_TOKENS = "1,16,64,256,1024,4096"
+
+
 def tune_job(args) -> dict:
     """The job cmd_tune runs, every argument checked first (UsageError: exit 2)."""
     arguments.environment()
@@ -109,9 +139,12 @@ def cmd_tune(args) -> int:
     from ..search.tune.tune_summary import (RunReport, llm_lines, requeued_line,
                                             source_line, stop_line, summary_table,
                                             timing_line, totals_line)
-    if args.quick:
+    model_shapes(args)
+    if args.quick or args.model:
         from .quick import cmd_quick
-        return cmd_quick(args)
+        done = cmd_quick(args)
+        if args.quick:
+            return done
     job = tune_job(args)
     print(f"storage: {job['storage']}   (optuna-dashboard {job['storage']})", file=sys.stderr)
     report = RunReport()
@@ -150,7 +183,11 @@ def add_to(sub) -> None:
     """Add `tune` to the gemmforge parser's subcommands `sub`."""
     t = sub.add_parser("tune", help="tune shapes: optuna + a policy, one worker per GPU",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--shapes", required=True, help=SHAPES_HELP)
+    t.add_argument("--shapes", help=SHAPES_HELP)
+    t.add_argument("--model", help="tune a model's linear layers: a transformers model type or "
+                                   "config.json, or module:function returning a torch module")
+    t.add_argument("--tokens", help=f"with --model: token counts, comma list (default "
+                                    f"{DEFAULT_TOKENS}); each one's power-of-two bucket is tuned")
     t.add_argument("--layout", default="nn", help="nn or nt")
     t.add_argument("--acc", default="f32", help="f32 or f16")
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")

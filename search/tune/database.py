@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from ...dispatch.tuned import TunedTable
 from ...ir.program import Problem
 from ..measure.records import Result
+from ..measure.selection import selection_ratio
 
 
 class TunedDatabase(TunedTable):
@@ -46,7 +47,7 @@ class TunedDatabase(TunedTable):
                       key=program.key, kernel_us=result.kernel_us, cublas_us=result.cublas_us,
                       speedup=result.speedup, call_us=result.call_us,
                       cublas_call_us=result.cublas_call_us, call_speedup=result.call_speedup,
-                      command=command, study=study, updated=datetime.now(timezone.utc))
+                      ratio=selection_ratio(problem, result), command=command, study=study, updated=datetime.now(timezone.utc))
         t = self.table
         where = (t.c.device == device) & (t.c.problem == str(problem))
         with self.engine.begin() as conn:

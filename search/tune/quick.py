@@ -104,7 +104,8 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                per_backend: int = PER_BACKEND, backends: tuple[str, ...] = QUICK_BACKENDS,
                shipped_path=None, seed: int = 0) -> list[QuickOutcome]:
     """Quick-tune `problems` on `runner` (a GridRunner or ReplayGridRunner) for its preferred
-    arch: each shape's neighbour_candidates timed as one group beside cuBLAS, the best ok
+    arch: each shape's neighbour_candidates and the program the resolver served before (the
+    incumbent) timed as one group beside cuBLAS, the best ok
     recorded in `database` (search.tune.database.TunedDatabase) under
     runner.device with `command` and study "quick" (kept only if it beats the stored row); best
     as a campaign's confirmation picks (search.measure.selection.selection_ratio: after another kernel
@@ -115,9 +116,12 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
     served = cls if own else None  # the class whose resolver a record can change
     outcomes = {}
     for p in problems:
-        before = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path)
+        before = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
+                         cublas="slower")
         programs = neighbour_candidates(p, arch, cls, shipped, per_backend, backends=backends,
                                         shipped_path=shipped_path)
+        if not before.cublas and before.program not in programs:  # the incumbent competes
+            programs.insert(0, before.program)
         outcomes[p] = QuickOutcome(p, [str(x) for x in programs], before=before.provenance)
 
     def on_group(problem: Problem, results: list[Result]) -> None:
@@ -131,6 +135,6 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
     groups = [(p, o.candidates) for p, o in outcomes.items() if o.candidates]
     runner.measure_groups(groups, settings, on_group, seed=seed)
     for p, o in outcomes.items():
-        o.after = resolve(p, arch, served, tuned_url=database.url,
-                          shipped_path=shipped_path).provenance
+        o.after = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
+                          cublas="slower").provenance
     return list(outcomes.values())
