@@ -21,7 +21,6 @@ from typing import Callable
 
 from gemmforge.compiler.values import Artifact
 from gemmforge.ir.program import Layout
-from gemmforge.ir.text import parse
 
 _LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
 
@@ -60,7 +59,8 @@ class Kernel(ABC):
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
         self._nn = artifact.layout == Layout.NN
-        self.fused_bias = parse(artifact.program_text).bias  # launches through launch_bias
+        # a fused-bias program (launch_bias): a C entry for it is in the launch metadata
+        self.fused_bias = "bias_symbol" in artifact.meta
         self._workspace = {}  # device index -> (address, bytes, tensor) of the workspace
         self._needs: dict[tuple, int] = {}  # (m, n, k, device index) -> workspace bytes
 

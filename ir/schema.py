@@ -171,7 +171,8 @@ def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
     needs layout nt, ...). Cross-field rules (shared memory, registers, a warp layout
     for a warp specialization) are ir.grammar's viability search, for the text form,
     and ir.verify's; a JSON Schema can't state them short of listing programs. The
-    fusion fields (bias) are left out: a reply can't set what the kernel computes."""
+    fusion fields (bias) stay at their defaults: a reply can't set what the kernel
+    computes."""
     from gemmforge.ir import capabilities
     from gemmforge.ir.grammar import field_domains, ir_values
     from gemmforge.ir.program import Accum, Layout
@@ -182,8 +183,8 @@ def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
     for key in ("$schema", "$id", "title", "description"):
         schema.pop(key, None)
     props = schema["properties"]
-    for fld in FUSION_FIELDS:  # the caller's to set, never a reply's: left out, at default
-        props.pop(fld)
+    for fld in FUSION_FIELDS:  # the caller's to set, never a reply's: at its default
+        props[fld] = {"const": to_json(DEFAULTS)[fld]}
     props["backend"], props["arch"] = {"const": backend}, {"const": arch.value}
     tiles = domains["tile"]
     for side in ("bm", "bn", "bk"):

@@ -126,6 +126,7 @@ class TritonKernel(Kernel):
         super().__init__(artifact)
         meta = artifact.meta
         self.plan = LaunchPlan.from_json(meta["plan"])
+        self.fused_bias = any("bias_ptr" in k.signature for k in self.plan.kernels)
         if any(k.launch_pdl for k in self.plan.kernels):  # kernel.py imports gdc_*
             toolchain.require_pdl(artifact.program_text)
         self._module = toolchain.load_module(Path(artifact.path).with_name(meta["entry"]))
