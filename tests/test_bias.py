@@ -231,7 +231,7 @@ def test_shared_library_bias_entry(bias_library):
     assert list(seen)[:7] == [a.data_ptr(), b.data_ptr(), out.data_ptr(), bias.data_ptr(),
                               16, 4, 8]
     entry = ctypes.cast(kernel._lib.gemmforge_launch_bias, ctypes.c_void_p).value
-    assert launch_address(kernel, bias=True) == entry != launch_address(kernel)
+    assert launch_address(kernel, "_launch_bias") == entry != launch_address(kernel)
     for wrong, says in ((torch.randn(5).half(), r"got torch.float16 of shape \(5,\)"),
                         (torch.randn(4), "got torch.float32"),
                         (torch.randn(4, 1).half(), r"shape \(4, 1\)")):
@@ -245,7 +245,7 @@ def test_shared_library_bias_entry(bias_library):
 
 def test_a_plain_library_refuses_a_bias(bias_library):
     kernel = _host_kernel(bias_library, {"symbol": "gemmforge_launch"})
-    assert launch_address(kernel, bias=True) is None and launch_address(kernel) is not None
+    assert launch_address(kernel, "_launch_bias") is None and launch_address(kernel) is not None
     a, b = torch.randn(16, 8).half(), torch.randn(4, 8).half()
     with pytest.raises(ValueError, match="bias: p has no fused bias"):
         kernel(a, b, bias=torch.randn(4).half())
