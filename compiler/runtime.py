@@ -5,7 +5,8 @@ A loader per artifact kind (`@loader("cuda_so")`) turns an Artifact into a `Kern
 cached workspace); `Kernel.launch` is the lean path the benchmark uses (raw pointers,
 no checks). A program with the bias field (a fused bias add) takes its bias through
 `kernel(a, b, bias=t)` and `Kernel.launch_bias`; a cuda_so artifact's C entry for it is
-`meta["bias_symbol"]` (SharedLibraryKernel._launch_bias, beside `_launch`). torch is imported lazily: building and emitting need no torch.
+`meta["bias_symbol"]` (SharedLibraryKernel._launch_bias, beside `_launch`). torch is
+imported lazily: building and emitting need no torch.
 
 The user path is host overhead on every call (issue 3 holds it to torch.matmul's), so
 it reads each tensor attribute once, remembers the workspace size per problem size and
