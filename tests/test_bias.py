@@ -101,7 +101,7 @@ def test_wgmma_adds_the_bias_before_the_store(text, problem):
     src = lowered(fused(text), problem)
     assert "const half* __restrict__ bias = nullptr;" in src  # GemmArgs
     assert "    add_bias(args, w, row0, col0, acc);\n    if (kEpiTma && args.c_by_tma)" in src
-    assert "acc_set(acc, i, j, h, e, acc_get(acc, i, j, h, e) + b);" in src
+    assert "acc_set(acc, i, j, h, 0, acc_get(acc, i, j, h, 0) + b.x);" in src
     assert 'extern "C" int gemmforge_launch_bias(const void* A, const void* B, void* C, ' \
            'const void* bias, int M,' in src
     assert "return gemmforge_launch_bias(A, B, C, nullptr, M, N, K, workspace" in src

@@ -103,6 +103,22 @@ def test_bias_library_keeps_the_plain_entry(cache):
     assert relative_error(out, a.float() @ b.float()) < tolerance(shape[2], acc)
 
 
+@pytest.mark.parametrize("shape", [(256, 256, 256), (17, 33, 65)])
+def test_wgmma_bias_at_a_2_byte_offset(cache, shape):
+    """A bias view one element into its storage (2-byte aligned only) takes the scalar
+    loads: the same answer."""
+    import torch
+    text = next(c[0] for c in BIAS_CASES if c[0].startswith("cuda_wgmma") and "padop" in c[0])
+    _runnable(text)
+    m, n, k = shape
+    kernel = pipeline.compile_and_load(parse(text), Problem(m, n, k, "nt", "f32"), cache=cache)
+    a, b, b_arg = operands(m, n, k, "nt")
+    bias = torch.randn(n + 1, device="cuda").half()[1:]
+    out = kernel(a, b_arg, bias=bias)
+    torch.cuda.synchronize()
+    assert relative_error(out, a.float() @ b.float() + bias.float()) < tolerance(k, "f32")
+
+
 def _binary_cases() -> list[tuple[str, str]]:
     from gemmforge.backends import registry
     from .conformance import SEPARATE
