@@ -175,8 +175,11 @@ def test_triton_launch_bias_hands_the_bias_to_its_kernels(device, tmp_path, text
             assert any(BIAS in args for *_, args in got)
     with pytest.raises(ValueError, match="a fused-bias program launches through launch_bias"):
         kernel.launch(A, B, C, 256, 256, 256, WS, 1 << 30, 0)
-    with pytest.raises(ValueError, match="the bias must be a 16-byte aligned device address"):
-        kernel.launch_bias(A, B, C, BIAS + 2, 256, 256, 256, WS, 1 << 30, 0)
+    with pytest.raises(ValueError, match=r"the bias must be the device address of fp16 "
+                                         r"values \(2-byte aligned\)"):
+        kernel.launch_bias(A, B, C, BIAS + 1, 256, 256, 256, WS, 1 << 30, 0)
+    kernel.launch_bias(A, B, C, BIAS + 2, 256, 256, 256, WS, 1 << 30, 0)  # any fp16 vector
+    assert launched(device)
     plain = triton_kernel(text, Problem(256, 256, 256), tmp_path)
     with pytest.raises(ValueError, match="no fused bias"):
         plain.launch_bias(A, B, C, BIAS, 256, 256, 256, WS, 1 << 30, 0)

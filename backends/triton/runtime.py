@@ -49,6 +49,7 @@ from gemmforge.backends.triton.plan import (
 from gemmforge.backends.triton.launcher import raw_launcher
 from gemmforge.compiler.knobs import knobs
 from gemmforge.compiler.runtime import Kernel, loader
+from gemmforge.ir.arch import HALF_BYTES
 
 PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
 DESCRIPTORS_KEPT = 24  # TMA descriptors (and C launcher argument sets) a prepared size keeps
@@ -178,9 +179,9 @@ class TritonKernel(Kernel):
         if not self.fused_bias:
             super().launch_bias(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
                                 workspace_bytes, stream)
-        if not bias_ptr or bias_ptr % ALIGN_HINT:
-            raise ValueError(f"{self.artifact.program_text}: the bias must be a "
-                             f"{ALIGN_HINT}-byte aligned device address")
+        if not bias_ptr or bias_ptr % HALF_BYTES:
+            raise ValueError(f"{self.artifact.program_text}: the bias must be the device "
+                             f"address of fp16 values ({HALF_BYTES}-byte aligned)")
         self._launch_with(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
                           workspace_bytes, stream)
 
