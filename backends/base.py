@@ -39,6 +39,8 @@ class Backend(ABC):
       reductions   -- split_k.reduction values it lowers (inkernel and cluster are opt-in)
       consumer_accum_regs -- accumulator registers per thread a warp-specialized
                       consumer may hold (None: ir.arch.ACCUM_REG_BUDGET, as for all others)
+      fusions      -- the ir.program.FUSION_FIELDS (epilogue operations: bias) it lowers;
+                      a program that sets any other is refused by verify
     """
 
     name: ClassVar[str]
@@ -55,6 +57,7 @@ class Backend(ABC):
     reductions: ClassVar[frozenset[Reduction]] = frozenset({Reduction.WORKSPACE,
                                                              Reduction.ATOMIC})
     consumer_accum_regs: ClassVar[int | None] = None
+    fusions: ClassVar[frozenset[str]] = frozenset()
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         """None if this backend can emit `program` (for `problem`, if given), else the reason.

@@ -3,7 +3,10 @@
 A loader per artifact kind (`@loader("cuda_so")`) turns an Artifact into a `Kernel`.
 `Kernel.__call__` is the user path (checks its inputs, allocates the output and a
 cached workspace); `Kernel.launch` is the lean path the benchmark uses (raw pointers,
-no checks). torch is imported lazily: building and emitting need no torch.
+no checks). A program with the bias field (a fused bias add) takes its bias through
+`kernel(a, b, bias=t)` and `Kernel.launch_bias`; a cuda_so artifact's C entry for it is
+`meta["bias_symbol"]` (SharedLibraryKernel._launch_bias, beside `_launch`). torch is
+imported lazily: building and emitting need no torch.
 
 The user path is host overhead on every call (held to torch.matmul's), so
 it reads each tensor attribute once, remembers the workspace size per problem size and
@@ -57,6 +60,8 @@ class Kernel(ABC):
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
         self._nn = artifact.layout == Layout.NN
+        # a fused-bias program (launch_bias): a C entry for it is in the launch metadata
+        self.fused_bias = "bias_symbol" in artifact.meta
         self._workspace = {}  # device index -> (address, bytes, tensor) of the workspace
         self._needs: dict[tuple, int] = {}  # (m, n, k, device index) -> workspace bytes
 
@@ -83,9 +88,17 @@ class Kernel(ABC):
         """Enqueue one launch on `stream` (a cudaStream_t as an int); raise RuntimeError on
         a launch error. Pointers are device addresses; no checks happen here."""
 
-    def __call__(self, a, b, out=None):
-        """C = A @ B on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for layout nn
-        and (n, k) for nt; all contiguous. Runs on the current stream."""
+    def launch_bias(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int, m: int, n: int,
+                    k: int, workspace_ptr: int, workspace_bytes: int, stream: int) -> None:
+        """`launch` with the fused bias (C = A @ B + bias, `bias_ptr` the address of n fp16
+        values), for a program with the bias field; ValueError for any other."""
+        raise ValueError(f"{self.artifact.program_text}: no fused bias (the program has no "
+                         "bias token); launch it without one")
+
+    def __call__(self, a, b, out=None, bias=None):
+        """C = A @ B (+ bias) on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for
+        layout nn and (n, k) for nt; `bias`, a fused-bias program's (and only its), is (n,);
+        all contiguous. Runs on the current stream."""
         import torch
         f16 = torch.float16
         flag = self.device_flag
@@ -101,9 +114,33 @@ class Kernel(ABC):
         if need is None:
             need = self._need(m, n, k, index)
         ws = self._scratch(device, need) if need else 0
-        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws, need,
-                    self._stream(index))
+        if bias is None and not self.fused_bias:
+            self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws, need,
+                        self._stream(index))
+        else:
+            self.launch_bias(a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                             self._bias_address(bias, n, device), m, n, k, ws, need,
+                             self._stream(index))
         return out
+
+    def _bias_address(self, bias, n: int, device) -> int:
+        """The address of `bias`, checked: a fused-bias program's bias, n fp16 values on
+        the operands' device; ValueError naming what is wrong."""
+        import torch
+        if not self.fused_bias:
+            raise ValueError(f"bias: {self.artifact.program_text} has no fused bias (no bias "
+                             "token); call it without bias, or use its bias twin")
+        if bias is None:
+            raise ValueError(f"bias: {self.artifact.program_text} adds a fused bias; pass "
+                             f"bias=, a float16 tensor of shape ({n},)")
+        word = _DEVICE_WORD.get(self.device_flag, self.device_flag)
+        if (not isinstance(bias, torch.Tensor) or bias.dtype != torch.float16
+                or bias.shape != (n,) or not bias.is_contiguous() or bias.device != device):
+            got = (f"{bias.dtype} of shape {tuple(bias.shape)} on {bias.device}"
+                   if isinstance(bias, torch.Tensor) else type(bias).__name__)
+            raise ValueError(f"bias: expected a contiguous float16 {word} tensor of shape "
+                             f"({n},) on the operands' device, got {got}")
+        return bias.data_ptr()
 
     def _stream(self, index: int | None) -> int:
         """The stream handle of device `index` that a launch goes to: the current one."""
@@ -199,6 +236,12 @@ class SharedLibraryKernel(Kernel):
                                                         "gemmforge_workspace_bytes"))
         self._ws.restype = ctypes.c_size_t
         self._ws.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._launch_bias = None  # the fused-bias entry, where the program has one
+        if self.fused_bias:
+            self._launch_bias = getattr(self._lib, artifact.meta["bias_symbol"])
+            self._launch_bias.restype = ctypes.c_int
+            self._launch_bias.argtypes = [*self._launch.argtypes[:3], ctypes.c_void_p,
+                                          *self._launch.argtypes[3:]]
         self._why = getattr(self._lib, "gemmforge_last_error", None)  # optional: in words
         if self._why is not None:
             self._why.restype, self._why.argtypes = ctypes.c_char_p, []
@@ -210,10 +253,23 @@ class SharedLibraryKernel(Kernel):
         # c_void_p arguments take ints as they are (0 is NULL): no conversion here
         err = self._launch(a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream)
         if err:
-            why = self._why().decode(errors="replace") if self._why is not None else ""
-            raise RuntimeError(f"{self.artifact.program_text}: launch failed with "
-                               f"cudaError {err} ({_cuda_error_name(err)})"
-                               + (f": {why}" if why else ""))
+            self._raise(err)
+
+    def launch_bias(self, a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                    workspace_bytes, stream):
+        if self._launch_bias is None:
+            super().launch_bias(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                                workspace_bytes, stream)
+        err = self._launch_bias(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                                workspace_bytes, stream)
+        if err:
+            self._raise(err)
+
+    def _raise(self, err: int) -> None:
+        why = self._why().decode(errors="replace") if self._why is not None else ""
+        raise RuntimeError(f"{self.artifact.program_text}: launch failed with "
+                           f"cudaError {err} ({_cuda_error_name(err)})"
+                           + (f": {why}" if why else ""))
 
 
 @loader("cuda_so")

@@ -11,7 +11,7 @@ this table), and the layer that knows where backends live installs a loader:
 own (in-tree modules and the entry-point group). An entry is any object with the
 attributes of `gemmforge.backends.base.Backend` (name, archs, instruction, mma_shape,
 unit_threads, allowed, layouts, accumulators, tile_extras, consumer_accum_regs,
-supports(), smem_bytes()).
+supports(), smem_bytes(); `fusions` where it lowers a fused epilogue operation).
 """
 from __future__ import annotations
 

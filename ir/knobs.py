@@ -24,7 +24,9 @@ KNOBS = ("swap_ab", "tile.bm", "tile.bn", "tile.bk", "warps.wm", "warps.wn", "st
          "pdl")
 """Every knob, in the order a program's knobs are sampled (a condition precedes what it
 governs: swap_ab, which decides the tile side that meets the MMA's narrow side, before the
-tile; schedule, then split_k.slices, then split_k.reduction)."""
+tile; schedule, then split_k.slices, then split_k.reduction). The fusion fields
+(ir.program.FUSION_FIELDS: bias) are no knobs: they say what a kernel computes, which the
+caller decides; a search keeps them at their defaults."""
 
 _PARTS = {"tile": Tile, "warps": Warps, "raster": Raster, "split_k": SplitK, "cluster": Cluster}
 

@@ -30,6 +30,10 @@ MAX_DIM = 1 << 20  # largest m, n or k a Problem accepts
 # Program fields added after the backends were written: a backend takes a value other than
 # the default only where its `allowed` lists the field (ir.verify).
 OPT_IN_FIELDS = ("l2_hint", "swap_ab", "pdl")
+# Program fields that change what a kernel computes (an operation fused into its epilogue),
+# not how: no search explores them, and a backend lowers one only where its `fusions`
+# lists it (ir.verify). A program's fused twin is `p.replace(bias=True)`.
+FUSION_FIELDS = ("bias",)
 
 
 class IRError(ValueError):
@@ -298,6 +302,10 @@ class Program:
     previous kernel on the stream finishes; it sets up (shared memory, barriers, descriptor
     prefetch) and then waits for that kernel's memory before touching global memory, and
     lets the next kernel start as soon as its own last wave runs."""
+    bias: bool = False
+    """Fused bias add: C[m, n] = sum_k A[m, k] B[k, n] + bias[n], bias an fp16 vector of
+    length n, added in fp32 before C's rounding (the kernel takes it through
+    `gemmforge_launch_bias`; see FUSION_FIELDS)."""
 
     def __post_init__(self):
         if not isinstance(self.backend, str) or not _BACKEND_NAME.match(self.backend):
@@ -311,7 +319,7 @@ class Program:
                 raise IRError(f"{name}: expected a {value_type.__name__}, "
                               f"got {getattr(self, name)!r}")
         _check_int(self.stages, "stages", 1, MAX_STAGES)
-        for name in ("swap_ab", "pdl"):
+        for name in ("swap_ab", "pdl", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise IRError(f"{name}: expected true or false, got {getattr(self, name)!r}")
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .program import (
-    DEFAULTS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
+    DEFAULTS, FUSION_FIELDS, MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM,
     TILE_EXTRAS, TILE_LIMITS,
     Arch, Cluster, Epilogue, IRError, L2Hint, Padding, Program, Raster, RasterOrder, Reduction,
     Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
@@ -43,6 +43,7 @@ def to_json(p: Program) -> dict:
         "l2_hint": p.l2_hint.value,
         "swap_ab": p.swap_ab,
         "pdl": p.pdl,
+        "bias": p.bias,
     }
 
 
@@ -72,6 +73,7 @@ def from_json(obj) -> Program:
         l2_hint=L2Hint(obj.get("l2_hint", L2Hint.NONE.value)),
         swap_ab=obj.get("swap_ab", False),
         pdl=obj.get("pdl", False),
+        bias=obj.get("bias", False),
     )
 
 
@@ -143,7 +145,8 @@ def program_schema(backends: list[str] | None = None) -> dict:
             "l2_hint": _enum(L2Hint),
             "swap_ab": {"type": "boolean"},
             "pdl": {"type": "boolean"},
-        }, optional=("l2_hint", "swap_ab", "pdl")),
+            "bias": {"type": "boolean"},
+        }, optional=("l2_hint", "swap_ab", "pdl", "bias")),
     }
     return schema
 
@@ -167,7 +170,9 @@ def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
     ir.verify rules out on the field alone: cuda_wgmma's swizzle is 128B only, swap_ab
     needs layout nt, ...). Cross-field rules (shared memory, registers, a warp layout
     for a warp specialization) are ir.grammar's viability search, for the text form,
-    and ir.verify's; a JSON Schema can't state them short of listing programs."""
+    and ir.verify's; a JSON Schema can't state them short of listing programs. The
+    fusion fields (bias) stay at their defaults: a reply can't set what the kernel
+    computes."""
     from . import capabilities
     from .grammar import field_domains, ir_values
     from .program import Accum, Layout
@@ -178,6 +183,8 @@ def backend_schema(backend: str, arch: Arch, layout=None, acc=None) -> dict:
     for key in ("$schema", "$id", "title", "description"):
         schema.pop(key, None)
     props = schema["properties"]
+    for fld in FUSION_FIELDS:  # the caller's to set, never a reply's: at its default
+        props[fld] = {"const": to_json(DEFAULTS)[fld]}
     props["backend"], props["arch"] = {"const": backend}, {"const": arch.value}
     tiles = domains["tile"]
     for side in ("bm", "bn", "bk"):

@@ -14,6 +14,9 @@ take:
     arch rules (clusters, warp specialization and the TMA epilogue only on sm_90a) shape the
     space without a second copy of those rules here.
 
+The fusion fields (ir.program.FUSION_FIELDS: bias) are no knobs: they say what a kernel
+computes, so every point of the space leaves them at their defaults.
+
 The space is conditional where the IR is: `split_k.reduction` exists only when
 `split_k.slices` > 1, a knob with one legal value is fixed (not searched), and the
 backend and arch are knobs themselves when a `Space` holds several. Cross-knob rules

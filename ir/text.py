@@ -10,7 +10,8 @@ Thirteen space-separated tokens, one per Program field, in field order:
 
 then the optional tokens of fields added later, each only where its field is set (at
 the default it is left out, so every earlier text keeps its meaning): `l2first` where
-l2_hint is stream_first, then `swap` where swap_ab is true, then `pdl` where pdl is true.
+l2_hint is stream_first, then `swap` where swap_ab is true, then `pdl` where pdl is true,
+then `bias` where bias is true (a fused bias add).
 `kS` reduces split-K slices
 through a workspace, `kSa` with atomics, `kSi` inside the kernel (inkernel), `kSc` through
 a cluster's shared memory (cluster). Every
@@ -36,10 +37,13 @@ _WARP_SPEC = {WarpSpec.NONE: "nows", WarpSpec.COOPERATIVE: "coop",
 _L2_HINT = {L2Hint.NONE: "", L2Hint.STREAM_FIRST: "l2first"}  # optional tokens, in order
 _SWAP = {False: "", True: "swap"}
 _PDL = {False: "", True: "pdl"}
+_BIAS = {False: "", True: "bias"}
 _REDUCTION = {Reduction.WORKSPACE: "", Reduction.ATOMIC: "a", Reduction.INKERNEL: "i",
               Reduction.CLUSTER: "c"}
-_OPTIONAL = {"l2_hint": _L2_HINT, "swap_ab": _SWAP, "pdl": _PDL}  # tokens only when set
-_DEFAULT_NAMES = {"l2_hint": "none", "swap_ab": "noswap", "pdl": "nopdl"}  # in messages
+_OPTIONAL = {"l2_hint": _L2_HINT, "swap_ab": _SWAP, "pdl": _PDL,
+             "bias": _BIAS}  # tokens only when set
+_DEFAULT_NAMES = {"l2_hint": "none", "swap_ab": "noswap", "pdl": "nopdl",
+                  "bias": "nobias"}  # in messages
 
 
 def _invert(table: dict) -> dict:
@@ -63,6 +67,7 @@ _FIELD_TEXT = {
     "l2_hint": _L2_HINT.__getitem__,
     "swap_ab": _SWAP.__getitem__,
     "pdl": _PDL.__getitem__,
+    "bias": _BIAS.__getitem__,
 }
 
 
@@ -74,7 +79,7 @@ def field_token(name: str, value) -> str:
 
 def field_text(name: str, value) -> str:
     """The text token of one Program field's value (as it appears in the text form; an
-    optional field left out at its default is named 'none', 'noswap' or 'nopdl')."""
+    optional field left out at its default is named 'none', 'noswap', 'nopdl', 'nobias')."""
     return _FIELD_TEXT[name](value) or _DEFAULT_NAMES.get(name, str(value))
 
 
@@ -89,7 +94,7 @@ set_text_form(to_text)
 
 _FORM = ("backend arch BMxBNxBK wWMxWN sSTAGES sw{none,32,64,128,pad} {row,col}/GROUP "
          "{pred,padop} kSLICES[a|i] {dp,persistent,streamk} cCMxCN {nows,coop,pingpong} "
-         "{direct,smem,tma} [l2first] [swap] [pdl]")
+         "{direct,smem,tma} [l2first] [swap] [pdl] [bias]")
 
 
 def _match(pattern: str, token: str, what: str, allowed: str) -> tuple[int, ...]:

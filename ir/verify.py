@@ -10,7 +10,7 @@ from . import capabilities, graph
 from .arch import ACCUM_REG_BUDGET, LIMITS
 from .text import field_text
 from .program import (
-    DEFAULTS, OPT_IN_FIELDS, TILE_STEP, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
+    DEFAULTS, FUSION_FIELDS, OPT_IN_FIELDS, TILE_STEP, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
 )
 
 # Fields whose non-default values need an sm_90a feature, and which feature.
@@ -68,6 +68,18 @@ def _check_fields(p: Program, be) -> str | None:
                 f"got {p.split_k.reduction.value} ({field_text('split_k', p.split_k)})")
     if p.stages > be.max_stages:
         return f"stages: {p.backend} builds at most {be.max_stages} stages; got {p.stages}"
+    return None
+
+
+def _check_fusions(p: Program, be) -> str | None:
+    """A fused epilogue operation (FUSION_FIELDS) set on a backend that doesn't lower it."""
+    for fld in FUSION_FIELDS:
+        if getattr(p, fld) and fld not in getattr(be, "fusions", ()):
+            others = [e.name for e in capabilities.table.all()
+                      if fld in getattr(e, "fusions", ())]
+            lowered = f" ({', '.join(others)} do)" if others else ""
+            return (f"{fld}: {p.backend} does not fuse a {fld} add into its epilogue"
+                    f"{lowered}; leave it off ({field_text(fld, getattr(DEFAULTS, fld))})")
     return None
 
 
@@ -145,7 +157,7 @@ def check(p: Program, problem: Problem | None = None) -> str | None:
     be, reason = _backend(p)
     if reason:
         return reason
-    for rule in (_check_arch, _check_fields, _check_shape):
+    for rule in (_check_arch, _check_fields, _check_fusions, _check_shape):
         reason = rule(p, be)
         if reason:
             return reason

@@ -74,7 +74,7 @@ def uncached(kernel: TritonKernel, ptrs, m, n, k, stream=0) -> list:
     """What the launch path computed before any caching: a dict of values per call,
     fresh descriptors, KernelPlan.args per kernel."""
     plan = kernel.plan
-    values = dict(zip(("a_ptr", "b_ptr", "c_ptr", "ws_ptr"), ptrs))
+    values = dict(zip(("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "bias_ptr"), ptrs))
     values.update({"M": m, "N": n, "K": k, "NUMEL": m * n})
     if plan.descriptors:
         bases = {name: DevicePointer(values[DESCRIPTOR_BASES[name]], torch.float16)

@@ -44,4 +44,5 @@ def programs(backends=("cuda_simt", "cuda_wmma", "cuda_mma", "cuda_wgmma", "trit
         l2_hint=st.sampled_from(list(L2Hint)),
         swap_ab=st.booleans(),
         pdl=st.booleans(),
+        bias=st.booleans(),
     )

@@ -137,7 +137,7 @@ def test_launch_errors_keep_their_messages(device, tmp_path):
 def test_launch_template_fills_to_args(text):
     problem = Problem(1000, 4096, 336)
     plan = make_plan(parse(text), problem)
-    live = (A, B, C, WS, "a_desc", "b_desc", "c_desc")
+    live = (A, B, C, WS, 0, "a_desc", "b_desc", "c_desc")
     values = dict(zip(triton_runtime.PER_CALL_ARGS, live))
     values.update({"M": 1000, "N": 4096, "K": 336, "NUMEL": 4096000, "NUM_PROGRAMS": 7})
     for kp in plan.kernels:

@@ -21,7 +21,7 @@ def test_text_round_trip(p):
     text = to_text(p)
     assert parse(text) == p
     assert to_text(parse(text)) == text
-    assert len(text.split()) == 13 + (p.l2_hint.value != "none") + p.swap_ab + p.pdl
+    assert len(text.split()) == 13 + (p.l2_hint.value != "none") + p.swap_ab + p.pdl + p.bias
 
 
 @given(programs())
@@ -74,7 +74,8 @@ def test_key_and_name_follow_content():
     (EXAMPLE + " l2first x", "'x' is not an optional token"),
     (EXAMPLE + " swap l2first", "'l2first' is not an optional token, or is out of place"),
     (EXAMPLE + " swap swap", "'swap' is not an optional token, or is out of place"),
-    (EXAMPLE + " l2first swap pdl x", "expected 13 tokens and the optional ones set"),
+    (EXAMPLE + " l2first swap pdl bias x", "expected 13 tokens and the optional ones set"),
+    (EXAMPLE + " bias pdl", "'pdl' is not an optional token, or is out of place"),
     (EXAMPLE + " pdl swap", "'swap' is not an optional token, or is out of place"),
 ])
 def test_text_errors_name_the_field(text, message):
@@ -142,6 +143,21 @@ def test_pdl_is_the_last_optional_token_and_json_key():
     assert to_json(launched)["pdl"] is True and from_json(to_json(launched)) == launched
     with pytest.raises(IRError, match="pdl: expected true or false"):
         plain.replace(pdl="yes")
+
+
+def test_bias_is_the_last_optional_token_and_json_key():
+    plain = parse(EXAMPLE)
+    assert plain.bias is False and "bias" not in to_text(plain)
+    old = to_json(plain)
+    del old["bias"]
+    assert from_json(old) == plain  # JSON written before the field: no bias
+    fused = parse(EXAMPLE + " swap pdl bias")
+    assert fused.bias and fused.pdl and to_text(fused).endswith("swap pdl bias")
+    assert fused == plain.replace(swap_ab=True, pdl=True, bias=True)
+    assert to_json(fused)["bias"] is True and from_json(to_json(fused)) == fused
+    assert fused.key != fused.replace(bias=False).key  # a bias twin is another kernel
+    with pytest.raises(IRError, match="bias: expected true or false"):
+        plain.replace(bias=1)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -166,6 +166,16 @@ INTERPRETED = [
     ("triton sm_80 16x16x16 w1x1 s2 swnone row/1 pred k8 dp c1x1 nows direct", (1, 1, 1)),
     ("triton sm_90a 64x32x16 w2x2 s2 swnone row/2 pred k1 persistent c1x1 nows tma", (70, 96, 80)),
     ("triton sm_90a 64x32x16 w2x2 s2 swnone col/2 pred k8 dp c1x1 nows tma", (70, 96, 40)),
+    # the fused bias: in the store, the reduce kernel (both reductions), the last slice, TMA
+    ("triton sm_80 32x32x16 w1x1 s2 swnone row/1 pred k1 dp c1x1 nows direct bias", (17, 33, 65)),
+    ("triton sm_80 32x32x16 w1x1 s2 swnone row/3 pred k3 persistent c1x1 nows direct bias",
+     (100, 120, 70)),
+    ("triton sm_80 32x32x16 w1x1 s2 swnone col/2 pred k4a dp c1x1 nows direct swap bias",
+     (70, 90, 100)),
+    ("triton sm_80 16x32x16 w1x1 s2 swnone row/1 pred k3i dp c1x1 nows direct swap bias",
+     (40, 50, 100)),
+    ("triton sm_90a 64x32x16 w2x2 s2 swnone row/2 pred k1 persistent c1x1 nows tma bias",
+     (70, 96, 80)),
 ]
 
 
@@ -188,11 +198,12 @@ def interpret(text, problem, folder, num_sms=3, repeats=1):
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     ws = torch.full((max(plan.workspace_bytes(m, n, k) // 4, 1),), float("nan"))  # not zeroed
     counters = torch.zeros(max(plan.counter_bytes(m, n) // 4, 1), dtype=torch.int32)
+    bias = torch.randn(n, generator=gen).half()  # read where the program has the field
     values = {"a_ptr": a, "b_ptr": b_arg, "c_ptr": c, "ws_ptr": ws, "cnt_ptr": counters,
-              "M": m, "N": n, "K": k, "NUMEL": m * n}
+              "bias_ptr": bias, "M": m, "N": n, "K": k, "NUMEL": m * n}
     if plan.descriptors:
         values.update(make_descriptors(plan, values, {"a_desc": a, "b_desc": b_arg, "c_desc": c}))
-    ref, worst = a.float() @ b.float(), 0.0
+    ref, worst = a.float() @ b.float() + (bias.float() if program.bias else 0.0), 0.0
     for _ in range(repeats):
         c.fill_(float("nan"))
         for kernel in plan.kernels:
@@ -230,7 +241,7 @@ def interpreted(tmp_path_factory):
 @needs_triton
 @pytest.mark.parametrize("layout, acc", INTERPRETED_KINDS)
 @pytest.mark.parametrize("case", range(len(INTERPRETED)), ids=[
-    "-".join(t.split()[i] for i in (1, 2, 8, 9, 12)) for t, _ in INTERPRETED])
+    "-".join([*(t.split()[i] for i in (1, 2, 8, 9)), *t.split()[12:]]) for t, _ in INTERPRETED])
 def test_interpreted_kernel_matches_reference(interpreted, case, layout, acc):
     err = interpreted[f"{case}-{layout}-{acc}"]
     assert not math.isnan(err), "unwritten (NaN) outputs"

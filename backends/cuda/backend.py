@@ -22,6 +22,7 @@ from ...ir.program import (
 
 TEMPLATES = Path(__file__).with_name("templates")
 SELFTEST_DEFAULT = (1000, 4096, 333)  # the self-test's shape when main() gets no arguments
+BIAS_SYMBOL = "gemmforge_launch_bias"  # a fused-bias program's extra entry (launcher templates)
 
 _ONLY_DEFAULT = {name: frozenset({getattr(DEFAULTS, name)})
                  for name in ("schedule", "cluster", "warp_spec", "epilogue")}
@@ -55,7 +56,8 @@ class CudaBackend(Backend):
         return Artifact(key="", kind="cuda_so", path=lib, program_text=str(source.program),
                         layout=source.problem.layout, acc=source.problem.acc,
                         meta={"symbol": "gemmforge_launch",
-                              "workspace_symbol": "gemmforge_workspace_bytes"})
+                              "workspace_symbol": "gemmforge_workspace_bytes",
+                              **({"bias_symbol": BIAS_SYMBOL} if source.program.bias else {})})
 
     def fingerprint(self) -> str:
         return fingerprint(str(TEMPLATES))

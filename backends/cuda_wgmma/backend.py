@@ -58,6 +58,11 @@ The kernel, in steps (templates/kernel.cuh.jinja):
      barriers, the tensor maps' prefetch, the producer's walk to its first unit) while the
      previous kernel finishes, then waits for that kernel's memory (griddepcontrol.wait)
      before any load and lets the next kernel launch.
+  9. bias: each consumer adds bias[n] (fp16, read once per column it owns; with swap_ab
+     per row, the kernel's M being C's N) to its fp32 (or f16) accumulators after the
+     mainloop and any split-K or stream-K sum, before whichever store writes C; split-K
+     through a workspace or atomics adds it in the reduce kernel instead. Launched through
+     gemmforge_launch_bias (gemmforge_launch runs the same kernel without it).
 
 Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC
 (`gemmforge emit` writes the standalone .cu with these commands in its header).
@@ -130,6 +135,7 @@ class CudaWgmma(CudaBackend):
     tile_extras = TILE_EXTRAS
     max_stages = MAX_STAGES   # the ring's depth is bounded by shared memory (reason())
     reductions = frozenset(Reduction)
+    fusions = frozenset({"bias"})  # added to the accumulators before every kind of store
     allowed = {
         "swap_ab": frozenset({False, True}),
         "padding": frozenset(Padding),

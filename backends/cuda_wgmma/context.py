@@ -119,6 +119,7 @@ class WgmmaContext:
     red_bytes: int           # shared memory where its ranks > 0 leave their accumulators
     swap_ab: bool            # the kernel computes C^T = B^T A^T (kernel_view's geometry)
     pdl: bool                # launched for programmatic dependent launch (griddepcontrol)
+    bias: bool               # fused bias add before C's rounding (gemmforge_launch_bias)
     predicate: bool
     mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
 
@@ -371,6 +372,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         cluster_k=g["cluster_k"], red_bytes=g["red_bytes"],
         swap_ab=program.swap_ab,
         pdl=program.pdl,
+        bias=program.bias,
         predicate=program.padding == Padding.PREDICATE,
         mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
     )

@@ -62,6 +62,10 @@ class TritonBackend(Backend):
                 programmatic stream serialization: a launch may start while the
                 previous kernel on the stream finishes. Needs triton >= 3.4
                 (toolchain.require_pdl: a clear BuildError, never a plain launch)
+      bias      the GEMM kernel takes `bias_ptr` and adds bias[n] to the tile in fp32
+                before its store (with swap_ab down the columns of the C^T tile);
+                split-K adds it once: in-kernel by the last slice, else in the reduce
+                kernel, which takes `bias_ptr` and N
       swizzle, padding, cluster, warp_spec: defaults only (none, predicate, 1x1, none):
                 Triton chooses shared layouts and masks ragged edges itself.
 
@@ -94,6 +98,7 @@ class TritonBackend(Backend):
     }
     max_stages = 16
     reductions = frozenset(Reduction) - {Reduction.CLUSTER}
+    fusions = frozenset({"bias"})
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         if program.arch == Arch.SM90A:

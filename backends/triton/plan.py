@@ -22,10 +22,10 @@ TMA_MAX_BOX_ROWS = 256     # a TMA box spans at most 256 elements per dimension
 # Integer parameters whose alignment selects a compiled variant, and the problem
 # dimension product each one stands for (NUMEL = M * N).
 ALIGNABLE = ("N", "K", "NUMEL")
-# Launch arguments that change from call to call (the addresses of A, B, C and the
-# workspace, and TMA descriptors over A, B and C), in the order the runtime keeps them;
-# every other argument follows from the problem size.
-PER_CALL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "a_desc", "b_desc", "c_desc")
+# Launch arguments that change from call to call (the addresses of A, B, C, the
+# workspace and a fused bias, and TMA descriptors over A, B and C), in the order the
+# runtime keeps them; every other argument follows from the problem size.
+PER_CALL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "bias_ptr", "a_desc", "b_desc", "c_desc")
 DESCRIPTOR_BASES = {"a_desc": "a_ptr", "b_desc": "b_ptr", "c_desc": "c_ptr"}
 
 
@@ -170,7 +170,8 @@ def in_kernel(program: Program) -> bool:
 def _gemm_kernel(program: Program, layout: Layout) -> KernelPlan:
     t = program.tile
     counters = {"cnt_ptr": "*i32"} if in_kernel(program) else {}
-    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", **counters,
+    bias = {"bias_ptr": "*fp16"} if program.bias else {}
+    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", **bias, **counters,
                  "M": "i32", "N": "i32", "K": "i32", "NUM_PROGRAMS": "i32"}
     constexprs = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk,
                   "GROUP": program.raster.group, "SPLIT_K": program.split_k.slices}
@@ -185,6 +186,8 @@ def _elementwise_kernel(program: Program, role: str, slices: int) -> KernelPlan:
     constexprs = {"BLOCK": ELEMENTWISE_BLOCK}
     if role == "reduce":
         signature["c_ptr"] = "*fp16"
+        if program.bias:  # the fused bias goes in with the sum; N finds each one's column
+            signature.update({"bias_ptr": "*fp16", "N": "i32"})
         constexprs = {"SLICES": slices, **constexprs}
     signature["NUMEL"] = "i64"
     signature.update({name: "constexpr" for name in constexprs})
@@ -255,6 +258,8 @@ def template_context(program: Program, problem: Problem) -> dict:
         "swap": program.swap_ab,
         **_operand_roles(program, nt),
         "cnt_arg": " cnt_ptr," if in_kernel(program) else "",
+        "bias": program.bias,
+        "bias_arg": " bias_ptr," if program.bias else "",
         "persistent": persistent,
         "pdl": program.pdl,
         "raster_col": program.raster.order == RasterOrder.COL,

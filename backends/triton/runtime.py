@@ -11,7 +11,7 @@ The host path: per problem size, everything that follows from the sizes is prepa
 and its argument tuple with the per-call slots left open, plan.PER_CALL_ARGS). Where the
 Triton release's launcher was read (launcher.RAW_RELEASES, 3.6) and no launch hook is set,
 a launch goes straight to the C launcher Triton built for each kernel (launcher.py), with
-the argument list, TMA descriptors encoded, kept per (a, b, c, workspace) address set:
+the argument list, TMA descriptors encoded, kept per (a, b, c, workspace, bias) address set:
 a call with buffers seen before does no per-argument Python work and no
 cuTensorMapEncodeTiled. Otherwise a launch builds one tuple of per-call values (the four
 addresses, and for TMA plans the host `TensorDescriptor`s over them, kept per address)
@@ -49,6 +49,7 @@ from .plan import (
 from .launcher import raw_launcher
 from ...compiler.knobs import knobs
 from ...compiler.runtime import Kernel, loader
+from ...ir.arch import HALF_BYTES
 
 PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
 DESCRIPTORS_KEPT = 24  # TMA descriptors (and C launcher argument sets) a prepared size keeps
@@ -56,7 +57,7 @@ DESCRIPTORS_KEPT = 24  # TMA descriptors (and C launcher argument sets) a prepar
 # `compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata,
 # launch_metadata, enter_hook, exit_hook, *args)`, the call JITFunction.run makes too.
 DIRECT_RUN_RELEASES = ("3.6.", "3.9.")
-DESCRIPTOR_SLOTS = PER_CALL_ARGS[4:]  # a_desc, b_desc, c_desc: after the four addresses
+DESCRIPTOR_SLOTS = PER_CALL_ARGS[PER_CALL_ARGS.index("a_desc"):]  # after the addresses
 
 
 class DevicePointer:
@@ -101,7 +102,7 @@ class _Prepared:
     without TMA, else the specs of TritonKernel._descriptor_specs; `last` is the latest
     ((a, b, c) addresses, descriptors) and `kept` the descriptors built at this size, by
     (name, address). `raw` is True when every kernel has a RawLauncher; `expanded` then maps
-    (a, b, c, workspace) addresses to per kernel its C launcher's arguments. `counters`
+    (a, b, c, workspace, bias) addresses to per kernel its C launcher's arguments. `counters`
     holds the zero-initialised tensor of in-kernel split-K's per-tile counters at this
     size (plan.counters), kept alive while the size is prepared."""
 
@@ -126,6 +127,7 @@ class TritonKernel(Kernel):
         super().__init__(artifact)
         meta = artifact.meta
         self.plan = LaunchPlan.from_json(meta["plan"])
+        self.fused_bias = any("bias_ptr" in k.signature for k in self.plan.kernels)
         if any(k.launch_pdl for k in self.plan.kernels):  # kernel.py imports gdc_*
             toolchain.require_pdl(artifact.program_text)
         self._module = toolchain.load_module(Path(artifact.path).with_name(meta["entry"]))
@@ -166,6 +168,25 @@ class TritonKernel(Kernel):
         return self.plan.counter_bytes(m, n)
 
     def launch(self, a_ptr, b_ptr, c_ptr, m, n, k, workspace_ptr, workspace_bytes, stream):
+        if self.fused_bias:
+            raise ValueError(f"{self.artifact.program_text}: a fused-bias program launches "
+                             "through launch_bias (kernel(a, b, bias=t))")
+        self._launch_with(a_ptr, b_ptr, c_ptr, 0, m, n, k, workspace_ptr, workspace_bytes,
+                          stream)
+
+    def launch_bias(self, a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                    workspace_bytes, stream):
+        if not self.fused_bias:
+            super().launch_bias(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                                workspace_bytes, stream)
+        if not bias_ptr or bias_ptr % HALF_BYTES:
+            raise ValueError(f"{self.artifact.program_text}: the bias must be the device "
+                             f"address of fp16 values ({HALF_BYTES}-byte aligned)")
+        self._launch_with(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                          workspace_bytes, stream)
+
+    def _launch_with(self, a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, workspace_ptr,
+                     workspace_bytes, stream):
         ws_ptr = workspace_ptr or 0
         if (a_ptr | b_ptr | c_ptr | ws_ptr) % ALIGN_HINT:
             raise ValueError(f"{self.artifact.program_text}: a, b, c and the workspace must "
@@ -174,7 +195,7 @@ class TritonKernel(Kernel):
         if workspace_bytes < prepared.need:
             raise ValueError(f"{self.artifact.program_text}: needs a workspace of "
                              f"{prepared.need} B at {m}x{n}x{k}, got {workspace_bytes} B")
-        live = (a_ptr, b_ptr, c_ptr, ws_ptr)
+        live = (a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr)
         stream = stream or 0
         direct = self._knobs is not None and _hooks_idle(self._knobs)
         if direct and prepared.raw:

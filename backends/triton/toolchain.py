@@ -96,12 +96,16 @@ def load_module(path: Path):
     return module
 
 
+UNHINTED_POINTER = "bias_ptr"  # read once a tile: its alignment buys nothing
+
+
 def _attrs(kernel: KernelPlan, aligned: tuple[str, ...]) -> dict:
-    """tt.divisibility for every pointer (the runtime checks 16-byte alignment) and for
-    the integer arguments the variant marks aligned."""
+    """tt.divisibility for every pointer but the fused bias (the runtime checks 16-byte
+    alignment; a bias may be any fp16 vector, as cuda_wgmma takes it) and for the integer
+    arguments the variant marks aligned."""
     hint = [["tt.divisibility", ALIGN_HINT]]
     return {(i,): hint for i, (name, ty) in enumerate(kernel.signature.items())
-            if ty.startswith("*") or name in aligned}
+            if (ty.startswith("*") and name != UNHINTED_POINTER) or name in aligned}
 
 
 def _ast_source(triton, fn, kernel: KernelPlan, aligned: tuple[str, ...]):

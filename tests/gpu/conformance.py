@@ -117,6 +117,33 @@ TRITON = [
     "triton sm_90a 64x128x256 w2x2 s2 swnone row/4 pred k1 dp c1x1 nows direct",
 ]
 
+# The fused bias (Program.bias): bias twins of programs that cover every path a bias takes
+# in the backends that lower it -- direct and TMA stores, f16 accumulators, split-K summed
+# through the workspace, atomics, in the kernel and through a cluster, stream-K's fix-up,
+# swap_ab (C written transposed, the bias along the kernel's M), padded operands -- on fewer
+# shapes and kinds than the rest, so the suite stays short.
+BIAS = [
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 col/4 padop k1 persistent c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x128 w1x1 s3 sw128 row/1 padop k2a dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s6 sw128 row/8 pred k3i dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x192x64 w1x1 s5 sw128 row/8 pred k2c dp c1x1 coop direct pdl",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct swap pdl",
+    "cuda_wgmma sm_90a 32x128x64 w1x1 s6 sw128 row/8 padop k3 dp c1x1 coop direct swap",
+    "cuda_wgmma sm_90a 8x192x64 w1x1 s8 sw128 row/8 pred k3c dp c1x1 coop direct swap pdl",
+    "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_80 64x64x64 w2x2 s3 swnone col/4 pred k4 dp c1x1 nows direct",
+    "triton sm_80 128x64x32 w2x2 s4 swnone row/8 pred k3a persistent c1x1 nows direct",
+    "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k3i dp c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+    "triton sm_90a 64x128x64 w1x4 s4 swnone row/8 pred k1 dp c1x1 nows direct swap",
+]
+BIAS_SHAPES = [(256, 256, 256), (77, 4096, 4096), (17, 33, 65), (129, 255, 1000)]
+BIAS_KINDS = [("nn", "f32"), ("nt", "f32"), ("nt", "f16")]
+
 PROGRAMS: dict[str, list[str]] = {}
 for _text in (*CUDA, *CUDA_WGMMA, *CUTE_CPP, *TRITON):
     PROGRAMS.setdefault(_text.split()[0], []).append(_text)
@@ -136,6 +163,20 @@ def programs_for(backend) -> list[str]:
     policy = HeuristicPolicy(backend.name)
     return [str(p) for arch in sorted(backend.archs, key=lambda a: a.value)
             for p in policy.propose(Problem(256, 256, 256), arch, 1)]
+
+
+def bias_cases() -> list[tuple[str, tuple, str, str]]:
+    """(bias program text, shape, layout, acc): each of BIAS with the bias field set, on
+    BIAS_SHAPES and BIAS_KINDS where ir.verify accepts it; every one of BIAS has some."""
+    from gemmforge.ir import Problem, check, parse
+    out = []
+    for text in BIAS:
+        program = parse(text).replace(bias=True)
+        for shape in BIAS_SHAPES:
+            for layout, acc in BIAS_KINDS:
+                if check(program, Problem(*shape, layout, acc)) is None:
+                    out.append((str(program), shape, layout, acc))
+    return out
 
 
 def cases() -> list[tuple[str, tuple, str, str]]:

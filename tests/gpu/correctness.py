@@ -28,14 +28,25 @@ def relative_error(out, ref) -> float:
     return (torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
 
 
-def assert_matches_reference(kernel, m, n, k, layout, acc) -> None:
+BIAS_SCALE = 2.0  # the bias's spread: a bias added at the wrong column shows well above
+# the tolerance (about 2 sqrt(2 / k) of C's norm, 0.044 at k = 4096)
+
+
+def assert_matches_reference(kernel, m, n, k, layout, acc, bias: bool = False) -> None:
     """Run `kernel` on fresh operands into a NaN-filled output; every element written and
-    the relative error under the tolerance."""
+    the relative error under the tolerance. `bias`: the kernel is a fused-bias program's,
+    called with a fresh random bias of n values that the reference adds too."""
     import torch
     a, b, b_arg = operands(m, n, k, layout)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernel(a, b_arg, out=out)
+    ref = a.float() @ b.float()
+    if bias:
+        vector = (torch.randn(n, device="cuda") * BIAS_SCALE).half()
+        kernel(a, b_arg, out=out, bias=vector)
+        ref += vector.float()
+    else:
+        kernel(a, b_arg, out=out)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
-    err = relative_error(out, a.float() @ b.float())
+    err = relative_error(out, ref)
     assert err < tolerance(k, acc), f"relative error {err:.2e}"
