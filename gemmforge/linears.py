@@ -19,7 +19,8 @@ import threading
 
 from .torch_op import bucket
 
-_prepared: set[tuple] = set()  # (bucket, n, k, device) whose table entry is filled
+_prepared: dict[tuple, bool] = {}  # (bucket, n, k, device) whose table entry is filled ->
+                                  # whether it was prepared for a layer with a bias
 _lock = threading.Lock()
 CUBLAS_RULE = "unmeasured"
 """dispatch.choice's cuBLAS rule for linear layers: a program of ours serves a bucket only where
@@ -38,27 +39,29 @@ def linear(x, weight, bias=None):
     if not torch.compiler.is_compiling() and x.is_cuda:
         k = weight.shape[-1]
         key = (bucket(x.numel() // k) if k else 0, weight.shape[0], k, x.device.index or 0)
-        if key not in _prepared:
-            prepare_key(key)
+        if _prepared.get(key) is None or (bias is not None and not _prepared[key]):
+            prepare_key(key, bias is not None)
     return torch.ops.gemmforge.linear(x, weight, bias)
 
 
-def prepare_key(key: tuple) -> None:
-    """Fill the op's table for `key` = (bucket, n, k, device), once (gemmforge.ops.prepare)."""
+def prepare_key(key: tuple, bias: bool = False) -> None:
+    """Fill the op's table for `key` = (bucket, n, k, device), once, for layers with a bias
+    too where `bias` (the program's bias twin: gemmforge.ops.prepare)."""
     from .ops import prepare
     with _lock:
-        if key in _prepared:
+        done = _prepared.get(key)
+        if done is not None and (done or not bias):
             return
         m, n, k, device = key
         if m and n and k:
-            prepare((m, n, k, "nt", device), CUBLAS_RULE, caller="gemmforge.linear")
-        _prepared.add(key)
+            prepare((m, n, k, "nt", device), CUBLAS_RULE, caller="gemmforge.linear", bias=bias)
+        _prepared[key] = bias
 
 
-def prepare_buckets(n: int, k: int, tokens, device: int = 0) -> None:
+def prepare_buckets(n: int, k: int, tokens, device: int = 0, bias: bool = False) -> None:
     """Fill the table for the buckets of every token count in `tokens` at layer (n, k)."""
     for t in tokens:
-        prepare_key((bucket(int(t)), n, k, device))
+        prepare_key((bucket(int(t)), n, k, device), bias)
 
 
 def forget() -> None:

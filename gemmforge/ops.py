@@ -151,6 +151,14 @@ def _register(key: tuple):
     return route
 
 
+def with_bias(program: Program, problem: Problem) -> Program:
+    """`program` with the bias epilogue where that is legal at `problem`, else `program`."""
+    from dataclasses import replace
+    from .ir.verify import check
+    twin = replace(program, bias=True)
+    return twin if check(twin, problem) is None else program
+
+
 def device_sm(device_index: int) -> int:
     """The compute capability of CUDA device `device_index`, as 90 for 9.0."""
     import torch
@@ -159,14 +167,15 @@ def device_sm(device_index: int) -> int:
 
 
 def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
-            caller: str = "gemmforge.matmul"):
+            caller: str = "gemmforge.matmul", bias: bool = False):
     """Fill the op's table for `key` = (bucket, n, k, layout, device): the program resolved at
     the bucket's top m (dispatch.choice, `cublas` its cuBLAS rule) built and registered; or a
     cuBLAS mark where cuBLAS serves, the program has no C launch entry and no launchable
     alternative exists, or its build fails (one warning naming the shape). Returns None (the
     op serves every call of the bucket) or a Python Kernel (no C launch entry, and the
-    problem at or above `host_bound_flops`: the caller runs it itself)."""
-    import torch
+    problem at or above `host_bound_flops`: the caller runs it itself). With `bias`, the
+    program's bias twin is built where its backend fuses a bias (with_bias): its artifact
+    has both the plain launch entry and the bias one."""
     from .compiler.values import BuildError
     from .torch_op import register, register_cublas
     m, n, k, layout, device = key
@@ -178,7 +187,8 @@ def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
             choice = choice_for(problem, _arch_of(sm), device_class_of(device), cublas, exclude)
             if choice.cublas:
                 break
-            kernel = _build(choice.program, problem, sm)
+            program = with_bias(choice.program, problem) if bias else choice.program
+            kernel = _build(program, problem, sm)
             if register(m, n, k, layout, device, kernel):
                 return None
             if problem.flops >= host_bound_flops:

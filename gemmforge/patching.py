@@ -81,6 +81,7 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
         raise TypeError(f"gemmforge.patch: model must be a torch.nn.Module, not {type(model).__name__}")
     tokens = _checked_tokens(tokens)
     report = PatchReport()
+    biased: dict[tuple, bool] = {}  # (n, k, device) of the routed layers -> any has a bias
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     if any(ineligible(m) is None for _, m in layers) and not _op_ready():
         report.kept = {name or "(model)": "torch.ops.gemmforge could not be built here (warned)"
@@ -98,10 +99,11 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
         layer.forward = types.MethodType(_forward, layer)
         setattr(layer, _MARK, True)
         report.routed.append(name)
-        report.shapes.add((*layer.weight.shape, layer.weight.device.index or 0))
-    for n, k, device in sorted(report.shapes):
-        prepare_buckets(n, k, tokens, device)
-    report.shapes = {(n, k) for n, k, _ in report.shapes}
+        shape = (*layer.weight.shape, layer.weight.device.index or 0)
+        biased[shape] = biased.get(shape, False) or layer.bias is not None
+    for (n, k, device), bias in sorted(biased.items()):
+        prepare_buckets(n, k, tokens, device, bias)
+    report.shapes = {(n, k) for n, k, _ in biased}
     return report
 
 

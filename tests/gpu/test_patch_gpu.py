@@ -49,6 +49,9 @@ def test_a_patched_linear_equals_f_linear(torch, n, k, bias, lead):
     x = torch.randn(*lead, k, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         _check(torch, layer(x), x, layer)
+    served = torch.ops.gemmforge._registered(x.numel() // k, n, k, 1, 0)
+    if served not in ("", "cublas") and bias:  # ours serves it: the bias twin, fused
+        assert served.endswith(" bias"), served
 
 
 def test_a_new_m_inside_a_bucket_builds_nothing(torch, monkeypatch):
