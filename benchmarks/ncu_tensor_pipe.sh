@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Issue 4's "what limits it", from counters: for each shape, the tensor pipe's activity and
+# What limits a kernel, from counters: for each shape, the tensor pipe's activity and
 # the SM clock of one launch of cuBLAS (torch.matmul NN) and of a gemmforge program, under
 # Nsight Compute (ncu). Where both kernels keep the tensor pipe about equally busy per
 # clock, the rest of the difference is clock (power), not the kernel.
 #
 #   bash benchmarks/ncu_tensor_pipe.sh OUT_DIR "MxNxK|program text" ... [@FILE]
 #
-# @FILE: one "MxNxK|program text" job per line (# comments), e.g.
-# benchmarks/programs/ncu_v5_winners.txt. Each run profiles the third launch of the GEMM's
+# @FILE: one "MxNxK|program text" job per line (# comments). Each run profiles the third launch of the GEMM's
 # own kernel, picked by name (cuBLAS's nvjet/gemm kernels; CUTLASS's GemmUniversal for
 # cute_cpp, kernel_cutlass for cute_dsl, gf_ for triton), so stream-K's workspace resets
 # and the check's kernels are not counted.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One GPU-machine session: run the named parts, logs under $OUT (the device tool's folder,
+# One GPU-machine call: run the named parts, logs under $OUT (the device tool's folder,
 # or ./gpu-out elsewhere). Parts: tests:<file-glob> | bench:<script args> | cli:<gemmforge
 # args> | sh:<script args> | env:NAME=VALUE (set for the parts after it). Example:
-#   bash benchmarks/gpu_session.sh "tests:tests/gpu/test_cuda_gpu.py" "bench:benchmarks/cuda_paths.py"
+#   bash benchmarks/gpu_call.sh "tests:tests/gpu/test_cuda_gpu.py" "bench:benchmarks/check_shipped.py"
 # At the end, the logs and every result file written meanwhile are packed into
-# $OUT/session.tgz (the device tool returns few files; unpack with tar xzf).
+# $OUT/call.tgz (the device tool returns few files; unpack with tar xzf).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -28,6 +28,6 @@ for part in "$@"; do
   [ $rc -ne 0 ] && status=$rc
 done
 find benchmarks/results -newer "$OUT/device.txt" -type f -exec cp {} "$OUT/" \; 2>/dev/null
-(cd "$OUT" && tar czf session.tgz --exclude session.tgz --exclude '*.db' ./* \
-  && find . -maxdepth 1 -type f ! -name session.tgz ! -name device.txt -delete)
+(cd "$OUT" && tar czf call.tgz --exclude call.tgz --exclude '*.db' ./* \
+  && find . -maxdepth 1 -type f ! -name call.tgz ! -name device.txt -delete)
 exit $status
