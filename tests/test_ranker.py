@@ -301,3 +301,19 @@ def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["learned", "shipped-nearest", "True"]
+
+
+def test_a_gzipped_model_file_reads_as_its_json_and_names_its_layout_s_sibling(tmp_path, monkeypatch):
+    """The package keeps its models gzipped (ranker_h100.json.gz, ranker_h100_nt.json.gz)."""
+    import gzip
+    monkeypatch.setattr(ranker, "DEFAULT_PATH", tmp_path / "ranker_h100.json.gz")
+    assert ranker.default_path("nt") == tmp_path / "ranker_h100_nt.json.gz"
+    ranker.default_path("nt").write_bytes(gzip.compress(json.dumps(_model(layout="nt")).encode()))
+    assert ranker.load(layout="nt").layout == "nt"
+    torn = tmp_path / "torn.json.gz"
+    torn.write_bytes(gzip.compress(b'{"format": 1}')[:-6])
+    assert ranker.load(torn) is None
+
+
+def test_the_package_s_model_files_load():
+    assert ranker.load().layout == "nn" and ranker.load(layout="nt").layout == "nt"

@@ -1,7 +1,6 @@
 """policy.wave_fit: tiles and K splits sized to the wave, and the heuristic's use of them."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
