@@ -4,11 +4,11 @@
 # so a call that runs out of time still brings back the chunks done (the device returns few
 # files: one archive, not one file a chunk). With DONE=<folder> (the archives of earlier calls
 # unpacked there and carried), chunks whose CSV is already in it are not run again. At the end
-# the chunks are joined into NAME.csv inside the archive. Used for the thirty-fourth to
-# thirty-sixth sessions' rounds (benchmarks/README.md, "pdl_after_h200_s34", "under_after_h200_s35").
+# the chunks are joined into NAME.csv inside the archive (benchmarks/README.md: re-timing the
+# shipped file).
 #   bash benchmarks/bench_chunks.sh LIST LAYOUT CHUNK NAME [bench options...]
 #   DONE=.carry/retime bash benchmarks/bench_chunks.sh benchmarks/shapes/below_large_nn.txt nn 150 \
-#     retime_nn_h200_s37 --chosen --twins pdl --protocols kernel,cold,call,after --rounds 3
+#     retime_nn_h200 --chosen --twins pdl --protocols kernel,cold,call,after --rounds 3
 #   (here, between calls: tar xzf <the returned NAME.tgz> -C .carry/retime, then carry .carry/retime)
 set -u
 if (( $# < 4 )); then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU-machine call of the grid campaign (benchmarks/README.md, "grid_h100"): runs
+# One GPU-machine call of a campaign (benchmarks/README.md, "campaign_device.sh"): runs
 # `gemmforge campaign` for SECONDS, then leaves the store (checkpointed into one file), its log
 # and summary in $OUT for the next call. The build caches stay behind (~150 MB each, over
 # what comes back): a call rebuilds its programs in about 50 s on 16 cores.

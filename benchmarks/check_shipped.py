@@ -1,4 +1,4 @@
-"""Issue 21's correctness target: every program of the shipped file, re-gated on this GPU at
+"""The shipped file's correctness: every program of this GPU's class, re-gated on this GPU at
 its shape.
 
     python3 benchmarks/check_shipped.py [--shipped PATH] [--device-class h100] \

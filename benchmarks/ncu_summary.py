@@ -1,10 +1,12 @@
 """A table from a log of benchmarks/ncu_tensor_pipe.sh: per shape, cuBLAS's and our kernel's
 tensor-pipe activity, SM clock, DRAM bytes (read + write) and time, one launch each; and
-where the log holds the L2 request coalescer's counters (NCU_EXTRA, see
-benchmarks/programs/ncu_v14_winners.txt), the share of the read sectors the SMs requested
-that it merged with another SM's request for the same sector, and the sectors L2 then read.
+where the log holds the L2 request coalescer's counters (NCU_EXTRA with
+lrc__request_sectors_op_read_coalescable.sum,
+lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum and
+lrc__lts2lrc_sectors_op_read.sum), the share of the read sectors the SMs requested that it
+merged with another SM's request for the same sector, and the sectors L2 then read. No GPU.
 
-    python3 benchmarks/ncu_summary.py benchmarks/logs/ncu_v9_winners_h100.log
+    python3 benchmarks/ncu_summary.py ncu.log        # the log ncu_tensor_pipe.sh printed
 """
 from __future__ import annotations
 

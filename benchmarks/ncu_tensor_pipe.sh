@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Issue 4's "what limits it", from counters: for each shape, the tensor pipe's activity and
+# What limits a kernel, from counters: for each shape, the tensor pipe's activity and
 # the SM clock of one launch of cuBLAS (torch.matmul NN) and of a gemmforge program, under
 # Nsight Compute (ncu). Where both kernels keep the tensor pipe about equally busy per
 # clock, the rest of the difference is clock (power), not the kernel.
 #
 #   bash benchmarks/ncu_tensor_pipe.sh OUT_DIR "MxNxK|program text" ... [@FILE]
 #
-# @FILE: one "MxNxK|program text" job per line (# comments), e.g.
-# benchmarks/programs/ncu_v5_winners.txt. Each run profiles the third launch of the GEMM's
+# @FILE: one "MxNxK|program text" job per line (# comments). Each run profiles the third launch of the GEMM's
 # own kernel, picked by name (cuBLAS's nvjet/gemm kernels; CUTLASS's GemmUniversal for
 # cute_cpp, kernel_cutlass for cute_dsl, gf_ for triton), so stream-K's workspace resets
 # and the check's kernels are not counted.
@@ -53,6 +52,33 @@ kernel_filter() {  # who, program text
     *) echo "regex:^(?!.*(elementwise|distribution|reduce)).*$";;
   esac
 }
+# The profiled process: one GEMM run --calls times (a gemmforge program, or cuBLAS through
+# torch.matmul NN without --program), after the two randn kernels that draw the operands,
+# then one check against torch.matmul. Artifacts come from the usual build cache.
+read -r -d '' RUN_GEMM <<'PY'
+import argparse
+import torch
+from gemmforge.ir import parse, parse_problem
+ap = argparse.ArgumentParser()
+ap.add_argument("--shape", required=True)
+ap.add_argument("--program")
+ap.add_argument("--calls", type=int, default=10)
+args = ap.parse_args()
+problem = parse_problem(args.shape)
+a = torch.randn(problem.m, problem.k, device="cuda", dtype=torch.float16)
+b = torch.randn(problem.k, problem.n, device="cuda", dtype=torch.float16)
+c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
+gemm = lambda: torch.matmul(a, b, out=c)
+if args.program:
+    from gemmforge.backends.pipeline import compile_and_load
+    kernel = compile_and_load(parse(args.program), problem)
+    gemm = lambda: kernel(a, b, out=c)
+for _ in range(args.calls):
+    gemm()
+torch.cuda.synchronize()
+torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=1.0)
+PY
+
 n=0
 for job in "${jobs[@]}"; do
   n=$((n + 1))  # the job's number in the CSV names: two programs at one shape keep both
@@ -64,7 +90,7 @@ for job in "${jobs[@]}"; do
     "$NCU" --metrics "$metrics" --launch-skip 2 --launch-count 1 --clock-control none \
       --kernel-name-base demangled \
       --kernel-name "$(kernel_filter "$who" "$program")" \
-      --csv --print-units base python3 benchmarks/run_gemm.py "${args[@]}" \
+      --csv --print-units base python3 -c "$RUN_GEMM" "${args[@]}" \
       >"$out/ncu_$tag.csv" 2>"$out/ncu_$tag.err"
     rc=$?
     if [ "$who" = cublas ]; then echo "== $shape $who (rc $rc)"

@@ -1,4 +1,4 @@
-"""Issue 21's off-grid target: the program a user gets for a shape off the grid (the shipped
+"""Off the grid: the program a user gets for a shape off the grid (the shipped
 file's nearest shape, dispatch.choice) against what tuning that shape itself finds.
 
     gemmforge campaign --storage off_grid_h100.db --shapes @benchmarks/shapes/off_grid_models.txt \

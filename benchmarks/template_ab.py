@@ -7,7 +7,7 @@ backends are unchanged code: they show how far a run moves by itself.
     python3 benchmarks/template_ab.py prepare e119dbe .carry/ab/e119dbe    # here (git)
     python3 benchmarks/template_ab.py run .carry/ab/e119dbe --shapes @benchmarks/shapes/after_sample_h200.txt \\
         --layout nn --pairs 2 --name walk_ab_nn --report-dir "$OUT"          # GPU machine, carry .carry/ab
-    python3 benchmarks/template_ab.py summary benchmarks/results/walk_ab_nn_h200_s36.csv
+    python3 benchmarks/template_ab.py summary benchmarks/results/template_ab_nn_h200.csv.gz
 
 `run` renders the old builds from the prepared folder (GEMMFORGE_CUDA_WGMMA_TEMPLATES; its
 fingerprint keys those builds apart) and writes NAME.csv: bench's columns plus `templates`
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import os
 import subprocess
@@ -116,7 +117,8 @@ def classes(rows: list[dict]) -> dict[tuple[str, str], dict[str, list[float]]]:
 
 
 def summary(path: Path) -> int:
-    rows = list(csv.DictReader(path.open()))
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
     table = classes(rows)
     if not table:
         print(f"{path}: no shape measured ok in every run", file=sys.stderr)

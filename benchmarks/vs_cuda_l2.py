@@ -1,10 +1,10 @@
 """Our measured ratios beside CUDA-L2's published H100 ratios, on the shapes both have.
 
-    python3 benchmarks/vs_cuda_l2.py benchmarks/results/hopper_large_h100_v56_confirm_a.csv
-    python3 benchmarks/vs_cuda_l2.py benchmarks/results/triton_sample_h100_v7.csv --protocol call
+    python3 benchmarks/vs_cuda_l2.py benchmarks/results/grid_h100.csv.gz [--data FOLDER]
+    python3 benchmarks/vs_cuda_l2.py REPORT.csv --protocol call     # any `--report` CSV
 
 Per shape of the results CSV (its best program), prints our ratio to cuBLAS and CUDA-L2's
-published one (../shared/data/cuda_l2_h100_published_offline.csv, or _server.csv with
+published one (FOLDER/cuda_l2_h100_published_offline.csv, default ../shared/data, or _server.csv with
 `--l2 server`), against cuBLAS's best of NN and TN (their "cuBLAS-max" column) or
 torch.matmul (`--against torch`), then both geomeans over the common shapes.
 
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import math
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings; gemmforge: the installed one
-
-from gemmforge.search.measure.report import best_per_shape, read_csv  # noqa: E402
+from gemmforge.search.measure.report import best_per_shape, read_csv
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLUMNS = {"cublas": "cuBLAS-max", "torch": "torch.matmul"}
@@ -39,13 +39,23 @@ def published(path: Path, column: str) -> dict[tuple[int, int, int], float]:
                 for row in csv.DictReader(f)}
 
 
+def results(path: Path) -> list:
+    """The Results of a report CSV, gzipped (.csv.gz, as benchmarks/results keeps them) or not."""
+    if path.suffix != ".gz":
+        return read_csv(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / path.stem
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        return read_csv(plain)
+
+
 def geomean(xs) -> float:
     return math.exp(statistics.fmean(map(math.log, xs)))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="a results CSV (benchmarks/results/*.csv)")
+    ap.add_argument("results", type=Path, help="a report CSV (e.g. benchmarks/results/grid_h100.csv.gz)")
     ap.add_argument("--protocol", choices=("kernel", "call"), default="kernel",
                     help="which of our ratios: kernel (graphs) or call (one call + sync)")
     ap.add_argument("--l2", choices=("offline", "server"), default="offline")
@@ -58,7 +68,7 @@ def main() -> int:
         return 2
     theirs = published(source, COLUMNS[args.against])
     rows = []
-    for r in best_per_shape(read_csv(args.results)):
+    for r in best_per_shape(results(args.results)):
         ours = r.speedup if args.protocol == "kernel" else r.call_speedup
         if ours and (r.m, r.n, r.k) in theirs:
             rows.append((f"{r.m}x{r.n}x{r.k}", ours, theirs[(r.m, r.n, r.k)]))

@@ -17,9 +17,9 @@ benchmarks/ragged_shapes.py), for nt the sample's, the LLM layers' and 150 such 
 on the shapes it is judged on off the grid.
 
 One model file per layout (a model is trained on one layout's store and refused at another's
-shapes): dispatch/data/ranker_h100.json (nn) and ranker_h100_nt.json (nt, x @ W.t()); a
+shapes): dispatch/data/ranker_h100.json.gz (nn) and ranker_h100_nt.json.gz (nt, x @ W.t()); a
 layout without a file has no model (dispatch.choice's learned rule is then the wave rule).
-The model file is plain JSON, evaluated with numpy alone (no
+The model file is gzipped JSON, evaluated with numpy alone (no
 torch, no scikit-learn, no optuna): gradient-boosted regression trees, each a list of nodes
 in depth-first order, plus the command that trained it and its validation figures:
 
@@ -41,6 +41,7 @@ Constraints:
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import math
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ import numpy as np
 from ..ir.program import Epilogue, Problem, Program, Schedule, WarpSpec
 
 FORMAT = "gemmforge-ranker/1"
-DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json"  # layout nn's
+DEFAULT_PATH = Path(__file__).with_name("data") / "ranker_h100.json.gz"  # layout nn's
 BACKENDS = ("cuda_wgmma", "triton", "cute_cpp")
 
 FEATURES = (
@@ -205,18 +206,20 @@ def read(path: Path | str) -> Ranker:
     """Parse a model file (ModelError naming the file and what is wrong)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"ranker file {path}: {e}") from None
     return from_json(data, path)
 
 
 def default_path(layout: str = "nn") -> Path:
     """The package's model file for `layout`: DEFAULT_PATH for nn, beside it with the
-    layout's name appended for another (ranker_h100_nt.json)."""
+    layout's name appended for another (ranker_h100_nt.json.gz)."""
     if layout == "nn":
         return DEFAULT_PATH
-    return DEFAULT_PATH.with_name(f"{DEFAULT_PATH.stem}_{layout}{DEFAULT_PATH.suffix}")
+    base, _, extensions = DEFAULT_PATH.name.partition(".")
+    return DEFAULT_PATH.with_name(f"{base}_{layout}.{extensions}")
 
 
 def load(path: Path | str | None = None, layout: str = "nn") -> Ranker | None:

@@ -1,6 +1,6 @@
-"""Build search/data/measured_gpu.csv.gz: every GPU measurement the repository has recorded.
+"""Build search/data/measured_gpu.csv.xz: every GPU measurement the repository has recorded.
 
-    python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.gz] [--store PATH ...]
+    python scripts/build_replay_data.py [-o search/data/measured_gpu.csv.xz] [--store PATH ...]
 
 The shipped file was built with the six H100 campaign stores (copies: the script opens
 them read-only):
@@ -34,6 +34,7 @@ import csv
 import gzip
 import io
 import json
+import lzma
 import statistics
 import subprocess
 import sys
@@ -44,7 +45,7 @@ RESULTS = "benchmarks/results"
 FIELDS = ("m", "n", "k", "layout", "acc", "device", "program", "speedup", "kernel_us",
           "cublas_us", "count")
 DIGITS = 4  # significant digits of the medians: far inside a reading's spread, file ~1.5 MB
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "search" / "data" / "measured_gpu.csv.gz"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "search" / "data" / "measured_gpu.csv.xz"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -147,8 +148,12 @@ def build(repo: Path, out: Path, stores: Sequence[Path] = ()) -> int:
         writer.writerow([*problem, device, program, *(f"{v:.{DIGITS}g}" for v in med),
                          len(values)])
     out.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same rows, the same bytes
-        f.write(buf.getvalue().encode())
+    data = buf.getvalue().encode()
+    if out.suffix == ".xz":  # xz keeps no time stamp: the same rows, the same bytes
+        out.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    else:
+        with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same rows, the same bytes
+            f.write(data)
     print(f"{out}: {len(rows)} rows, {sum(len(v) for _, v in rows)} measurements, "
           f"{len({r[0] for r, _ in rows})} problems, {len({r[2] for r, _ in rows})} programs, "
           f"{out.stat().st_size} bytes; {dropped} (problem, device, program) dropped: program "

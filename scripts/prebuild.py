@@ -1,7 +1,7 @@
 """Build programs ahead of time into an artifact cache, to carry to a GPU machine.
 
     GEMMFORGE_CACHE_DIR=.carry/cache python scripts/prebuild.py --sm 90 \\
-        --kinds nn:f32,nt:f32 --programs-file benchmarks/programs/hopper.txt
+        --kinds nn:f32,nt:f32 --programs-file tests/data/large_programs.txt
 
 Builds happen in parallel (--jobs). On the GPU machine, point GEMMFORGE_CACHE_DIR at the
 carried folder: backends.pipeline.compile finds each artifact by its content key (the

@@ -15,7 +15,7 @@ from gemmforge.search.measure.replay import ReplayRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = "64x64x64,256x4096x128,2048x64x8192,1024x4096x64,8192x8192x256,4096x4096x8192"
-LARGE_LIST = ROOT / "benchmarks" / "programs" / "hopper_population.txt"
+LARGE_LIST = ROOT / "tests" / "data" / "large_programs.txt"
 
 
 def settings(**changes) -> CampaignSettings:

@@ -89,3 +89,12 @@ def test_without_stores_only_the_csv_rows_count(tmp_path):
     assert _script().build(_repo(tmp_path / "repo"), out) == 1
     (row,) = read_measured(out)
     assert row.speedup == pytest.approx(1.2) and row.count == 1
+
+
+def test_an_xz_file_as_the_package_keeps_it_reads_the_same_rows_and_is_reproducible(tmp_path):
+    repo = _repo(tmp_path / "repo")
+    gz, xz, again = tmp_path / "out.csv.gz", tmp_path / "out.csv.xz", tmp_path / "again.csv.xz"
+    for out in (gz, xz, again):
+        _script().build(repo, out)
+    assert read_measured(xz) == read_measured(gz)
+    assert xz.read_bytes() == again.read_bytes() and xz.read_bytes()[:6] == b"\xfd7zXZ\x00"

@@ -1,9 +1,7 @@
-"""benchmarks/cublas_kernels.py: cuBLAS's nvjet kernel names read as cuda_wgmma programs."""
+"""backends.cuda_wgmma.cublas_names: cuBLAS's nvjet kernel names read as cuda_wgmma programs."""
 import pytest
 
-from benchmark_scripts import load
-
-kernels = load("cublas_kernels")
+from gemmforge.backends.cuda_wgmma import cublas_names as kernels
 
 
 @pytest.mark.parametrize("name, shape, program", [
@@ -31,10 +29,3 @@ def test_a_kernel_name_reads_as_the_program_with_its_tile_and_cluster(name, shap
 ])
 def test_names_our_kernels_cannot_mirror_give_none(name):
     assert kernels.mirror(name, (8, 6144, 4096)) is None
-
-
-def test_shapes_come_from_a_list_or_a_file(tmp_path):
-    listing = tmp_path / "shapes.txt"
-    listing.write_text("# weak rows\n128x12288x12288\n\n2048x256x16384  # long K\n")
-    assert kernels.shape_texts(f"@{listing}") == ["128x12288x12288", "2048x256x16384"]
-    assert kernels.shape_texts("64x64x64,128x128x128") == ["64x64x64", "128x128x128"]

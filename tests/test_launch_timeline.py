@@ -1,14 +1,11 @@
-"""benchmarks/launch_timeline.py and shipped_summary.py: the arithmetic, on made-up records."""
+"""search.measure.timeline (what benchmarks/launch_timeline.py reads from kernel records), on made-up records."""
 import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from benchmark_scripts import load
-
-timeline = load("launch_timeline")
-summary = load("shipped_summary")
+from gemmforge.search.measure import timeline
 
 
 def _event(name, start, end):
@@ -22,7 +19,7 @@ def test_jobs_and_twins(tmp_path):
     assert timeline.read_jobs(f"@{path}") == [("64x64x64", "cuda_wgmma a b pdl"), ("128x64x64", "triton c")]
     assert timeline.read_jobs("1x2x3 p;4x5x6 q") == [("1x2x3", "p"), ("4x5x6", "q")]
     assert timeline.pdl_twin("x y pdl") == "x y" and timeline.pdl_twin("x y") == "x y pdl"
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError):
         timeline.read_jobs("  ")
 
 
@@ -62,15 +59,3 @@ def test_twin_summary_is_cublas_over_ours_per_kind():
     listed, twins = text.splitlines()
     assert listed == f"cuBLAS / ours, listed: event {math.sqrt(1.2 * 1.21):.3f}x (2), after 0.825x (1)"
     assert twins == f"cuBLAS / ours, twins: event {math.sqrt(1.0 * 1.21):.3f}x (2), after 1.100x (1)"
-
-
-def test_shipped_summary_per_class_and_layout():
-    row = dict(layout="nn", m=64, n=64, k=64, cold_us=2.0, cublas_cold_us=2.2)
-    rows = [dict(row, device_class="h200", speedup=1.2), dict(row, device_class="h200", speedup=0.9),
-            dict(row, device_class="h200", speedup=1.0, m=8192, n=8192, k=8192, cold_us=None,
-                 after_us=4.0, cublas_after_us=4.2)]
-    (line,) = summary.summary(rows)
-    assert line["rows"] == 3 and line["under"] == 1 and line["cold_rows"] == 2
-    assert line["warm"] == pytest.approx((1.2 * 0.9 * 1.0) ** (1 / 3))
-    assert line["cold"] == pytest.approx(1.1) and line["large_rows"] == 1 and line["large_warm"] == 1.0
-    assert line["after_rows"] == 1 and line["after"] == pytest.approx(1.05)

@@ -242,8 +242,8 @@ def test_a_prompt_config_can_offer_fewer_backends():
 
 
 def _bench():
-    from benchmark_scripts import load
-    return load("llm_rl")
+    from gemmforge.search.learn import llm_eval
+    return llm_eval
 
 
 def test_evaluation_rows_count_legal_distinct_and_the_best_replayed_ratio(tmp_path):
@@ -303,23 +303,3 @@ def test_evaluation_in_two_rounds_tells_the_second_the_first_rounds_programs():
     assert len(proposals) == 4 and all(p.ok for p in proposals)
     assert "Already proposed" not in prompts[0] and "Already proposed" in prompts[1]
     assert str(proposals[0].program) in prompts[1]
-
-
-def test_replay_check_compares_replayed_proposals_with_live_readings(tmp_path):
-    from benchmark_scripts import load
-    check = load("llm_rl_replay_check")
-    s3 = str(parse(WGMMA.replace("s4", "s3")))
-    live = tmp_path / "live.csv"
-    live.write_text(
-        "m,n,k,layout,acc,program,status,speedup,paired_speedup,role\n"
-        f"4096,4096,4096,nn,f32,{WGMMA},ok,1.0,1.0,shipped\n"
-        f"4096,4096,4096,nn,f32,{WGMMA},ok,1.0,1.0,proposal\n"
-        f"4096,4096,4096,nn,f32,{s3},ok,1.1,,proposal\n")
-    groups = check.live_groups(live)
-    assert groups[PROBLEM] == [str(parse(WGMMA)), 1.0, {str(parse(WGMMA)): 1.0, s3: 1.1}]
-    summary, (row,) = check.check(_model(), groups)  # replays 1.05 and 0.90
-    assert summary["mean_log_error"] == pytest.approx(
-        (math.log(1.05) + math.log(0.90 / 1.1)) / 2)
-    assert summary["below_1e11"] == "-" and summary["above_1e11"].endswith("(2)")  # 1.4e11
-    assert row["pick_is_live_best"] is False  # the replay picks the s4 program, live s3 wins
-    assert row["live_within"] and row["replayed_within"] and summary["verdicts_agree"] == 1

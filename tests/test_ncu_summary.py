@@ -1,11 +1,19 @@
-"""benchmarks/ncu_summary.py: the table it makes from an ncu_tensor_pipe.sh log."""
-import importlib.util
+"""benchmarks/ncu_summary.py, run as its users run it (a subprocess): the table it makes
+from an ncu_tensor_pipe.sh log."""
+import subprocess
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ncu_summary.py"
-spec = importlib.util.spec_from_file_location("ncu_summary", SCRIPT)
-ncu_summary = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ncu_summary)
+
+
+def _table(tmp_path, text: str) -> list[str]:
+    log = tmp_path / "ncu.log"
+    log.write_text(text)
+    done = subprocess.run([sys.executable, str(SCRIPT), str(log)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 LOG = """metrics: sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,...
 == 1024x8192x16384 cublas (rc 0)
@@ -25,25 +33,21 @@ LOG = """metrics: sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
 """
 
 
-def test_pairs_each_kernel_with_the_cublas_run_before_it():
-    runs = ncu_summary.parse_log(LOG)
-    assert [(r["shape"], r["who"], r["rc"]) for r in runs] == [
-        ("1024x8192x16384", "cublas", 0), ("1024x8192x16384", "gemmforge", 0),
-        ("2048x16384x4096", "cublas", 1), ("2048x16384x4096", "gemmforge", 1)]
-    assert runs[0]["read"] == 427904512 and runs[1]["hz"] == 1526182995.82
-    rows = ncu_summary.table(runs).splitlines()
+def test_pairs_each_kernel_with_the_cublas_run_before_it(tmp_path):
+    rows = _table(tmp_path, LOG)
+    assert [row.split(" | ")[0] for row in rows[2:]] == ["| 1024x8192x16384", "| 2048x16384x4096"]
     assert rows[2] == ("| 1024x8192x16384 | cuda_wgmma sm_90a 128x128x64 c1x1 pingpong tma | "
                        "98.2 / 98.6 | 1.567 / 1.526 | 0.44 / 0.43 | 346 / 353 |")
     assert "(missing counters)" in rows[3]  # a failed profile is shown, not dropped
 
 
-def test_missing_log_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("sys.argv", ["ncu_summary.py", str(tmp_path / "none.log")])
-    assert ncu_summary.main() == 2
-    assert "no such log" in capsys.readouterr().err
+def test_missing_log_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.log")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no such log" in done.stderr
 
 
-def test_coalescer_columns_where_the_log_has_its_counters():
+def test_coalescer_columns_where_the_log_has_its_counters(tmp_path):
     lrc = {"cublas": ("33,554,432", "12,053,024", "21,508,442"),
            "gemmforge": ("50,331,648", "21,906,160", "28,433,060")}
     lines = []
@@ -55,18 +59,16 @@ def test_coalescer_columns_where_the_log_has_its_counters():
                   "  lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum = "
                   + merged,
                   f"  lrc__lts2lrc_sectors_op_read.sum = {l2}"]
-    runs = ncu_summary.parse_log("\n".join(lines))
-    assert runs[1]["merged"] == 21906160 and runs[0]["asked"] == 33554432
-    rows = ncu_summary.table(runs).splitlines()
+    rows = _table(tmp_path, "\n".join(lines))
     assert rows[0].endswith("| reads merged % | L2 read G sectors |")
     assert rows[2].endswith("| 346 / 353 | 36 / 44 | 0.022 / 0.028 |")
-    plain = ncu_summary.table(ncu_summary.parse_log(LOG)).splitlines()
+    plain = _table(tmp_path, LOG)
     assert "merged" not in plain[0]  # logs without those counters keep the old table
 
 
-def test_a_log_of_ours_alone_shows_a_dash_for_cublas():
+def test_a_log_of_ours_alone_shows_a_dash_for_cublas(tmp_path):
     """NCU_WHO=gemmforge profiles our kernels only: their figures, '-' where cuBLAS's go."""
     ours = "\n".join(LOG.split("== ")[2].rstrip("\n").splitlines())
-    rows = ncu_summary.table(ncu_summary.parse_log("== " + ours)).splitlines()
+    rows = _table(tmp_path, "== " + ours)
     assert rows[2] == ("| 1024x8192x16384 | cuda_wgmma sm_90a 128x128x64 c1x1 pingpong tma | "
                        "- / 98.6 | - / 1.526 | - / 0.43 | - / 353 |")

@@ -185,34 +185,6 @@ def test_cli_quick_without_gpu_or_replay(capsys):
     assert "Traceback" not in err
 
 
-def test_off_grid_benchmark_resolves_with_the_tuned_database(capsys, tmp_path):
-    """benchmarks/off_grid.py --tuned: the resolver reads the quick tune's entry first."""
-    from pathlib import Path
-    from benchmark_scripts import load
-    from gemmforge.search.measure.campaign_store import CampaignStore
-    root = Path(__file__).resolve().parents[1]
-    off_grid = load("off_grid")
-    store_path, url = tmp_path / "c.db", f"sqlite:///{tmp_path / 'q.db'}"
-    shape = "600x4096x4096"
-    code, _, err = _run(capsys, "campaign", "--storage", str(store_path), "--shapes", shape,
-                        "--replay", "synthetic", "--search-budget", "0", "--per-backend", "2",
-                        "--per-shape", "6", "--quiet", "--portfolio",
-                        f"large={root / 'benchmarks' / 'programs' / 'hopper_population.txt'}")
-    assert code == 0, err
-    code, _, err = _run(capsys, "tune", "--quick", "--shapes", shape, "--replay", "synthetic",
-                        "--replay-device", H100, "--storage", url)
-    assert code == 0, err
-    store = CampaignStore(str(store_path))
-    try:
-        [(_, shipped, campaign)] = off_grid.pairs(store, "h100")
-        [(_, quick, again)] = off_grid.pairs(store, "h100", url)
-    finally:
-        store.close()
-    assert shipped.provenance == "shipped-nearest" and quick.provenance == "tuned-exact"
-    entry = TunedDatabase(url).best(H100, Problem(600, 4096, 4096))
-    assert quick.program == entry.program and campaign.program == again.program
-
-
 class AfterRunner(CountingRunner):
     """Answers each group with made-up figures: the first program fastest back to back (as a
     pdl program reads), the last fastest after another kernel."""

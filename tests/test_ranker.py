@@ -303,32 +303,17 @@ def test_the_package_s_model_serves_the_default_rule_with_numpy_alone():
     assert done.stdout.split() == ["learned", "shipped-nearest", "True"]
 
 
-def test_ragged_training_shapes_are_off_the_grid_and_off_the_judged_list():
-    """benchmarks/ragged_shapes.py: the training shapes are layer-like, seeded, never a grid
-    shape or one of the 30 shapes the off-grid rule is judged on, and the committed files
-    are what the script draws."""
-    from benchmark_scripts import BENCHMARKS, load
-    from gemmforge.search.measure.shapes import shape_texts
-    draw = load("ragged_shapes")
-    shapes = draw.draw(300, 21)
-    assert len(set(shapes)) == 300 and draw.draw(300, 21) == shapes != draw.draw(300, 22)
-    judged = set(shape_texts(f"@{BENCHMARKS / 'shapes' / 'off_grid_models.txt'}"))
-    assert len(judged) == 30 and not (set(shapes) & (judged | set(shape_texts("grid"))))
-    for text in shapes:
-        m, n, k = map(int, text.split("x"))
-        assert 16 <= m <= 4096 and n % 256 == 0 == k % 256
-        assert draw.FLOPS[0] <= 2 * m * n * k < draw.FLOPS[1]
-    first = shape_texts(f"@{BENCHMARKS / 'shapes' / 'ragged_train.txt'}")
-    second = shape_texts(f"@{BENCHMARKS / 'shapes' / 'ragged_train_b.txt'}")
-    assert first + second == shapes  # --skip 150 continues the first file
+def test_a_gzipped_model_file_reads_as_its_json_and_names_its_layout_s_sibling(tmp_path, monkeypatch):
+    """The package keeps its models gzipped (ranker_h100.json.gz, ranker_h100_nt.json.gz)."""
+    import gzip
+    monkeypatch.setattr(ranker, "DEFAULT_PATH", tmp_path / "ranker_h100.json.gz")
+    assert ranker.default_path("nt") == tmp_path / "ranker_h100_nt.json.gz"
+    ranker.default_path("nt").write_bytes(gzip.compress(json.dumps(_model(layout="nt")).encode()))
+    assert ranker.load(layout="nt").layout == "nt"
+    torn = tmp_path / "torn.json.gz"
+    torn.write_bytes(gzip.compress(b'{"format": 1}')[:-6])
+    assert ranker.load(torn) is None
 
 
-def test_ragged_shapes_cli_writes_its_command_and_refuses_a_bad_count(capsys):
-    from benchmark_scripts import load
-    draw = load("ragged_shapes")
-    assert draw.main(["--count", "3", "--skip", "2", "--seed", "5"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert "--count 3 --skip 2 --seed 5" in lines[1]
-    assert lines[2:] == draw.draw(5, 5)[2:]
-    with pytest.raises(SystemExit):
-        draw.main(["--count", "0"])
+def test_the_package_s_model_files_load():
+    assert ranker.load().layout == "nn" and ranker.load(layout="nt").layout == "nt"

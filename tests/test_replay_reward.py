@@ -1,5 +1,5 @@
 """The replay reward model: recorded GPU measurements replayed, the rest estimated."""
-import gzip
+import lzma
 import math
 
 import pytest
@@ -24,7 +24,7 @@ def _rows():
 
 def test_shipped_file_is_small_and_readable():
     assert DATA_FILE.stat().st_size < 4 * 2 ** 20
-    with gzip.open(DATA_FILE, "rt") as f:
+    with lzma.open(DATA_FILE, "rt") as f:
         assert f.readline().strip().startswith("m,n,k,layout,acc,device,program,speedup")
     rows = read_measured()
     assert len(rows) > 1000 and all(r.speedup > 0 and r.count >= 1 for r in rows)

@@ -1,8 +1,8 @@
-"""benchmarks/template_ab.py and the cuda_wgmma template folder it points the backend at
-(GEMMFORGE_CUDA_WGMMA_TEMPLATES): an earlier commit's templates extracted, builds from them
-keyed apart, and the old-against-new table over the shapes every run measured."""
+"""benchmarks/template_ab.py, run as its users run it (a subprocess), and the cuda_wgmma
+template folder it points the backend at (GEMMFORGE_CUDA_WGMMA_TEMPLATES): an earlier
+commit's templates extracted, builds from them keyed apart, and the old-against-new table
+over the shapes every run measured."""
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("template_ab", ROOT / "benchmarks" / "template_ab.py")
-template_ab = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(template_ab)
+SCRIPT = ROOT / "benchmarks" / "template_ab.py"
+TEMPLATE_DIR = "backends/cuda_wgmma/templates"
+
+
+def _tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
 
 LOWER = """
 from gemmforge.backends.cuda_wgmma.backend import CudaWgmma, TEMPLATES
@@ -40,17 +44,18 @@ def _lower(env_folder: Path | None) -> list[str]:
 def test_prepare_extracts_a_commits_templates(tmp_path):
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode:
         pytest.skip("not a git checkout")
-    assert template_ab.prepare("HEAD", tmp_path / "old") == 0
-    committed = subprocess.run(["git", "show", f"HEAD:{template_ab.TEMPLATE_DIR}/kernel.cuh.jinja"],
+    done = _tool("prepare", "HEAD", str(tmp_path / "old"))
+    assert done.returncode == 0, done.stderr
+    committed = subprocess.run(["git", "show", f"HEAD:{TEMPLATE_DIR}/kernel.cuh.jinja"],
                                cwd=ROOT, capture_output=True, check=True).stdout
     assert (tmp_path / "old" / "kernel.cuh.jinja").read_bytes() == committed
     assert (tmp_path / "old" / "units.cuh.jinja").is_file()
-    assert template_ab.prepare("no-such-commit-xyz", tmp_path / "bad") == 2
+    assert _tool("prepare", "no-such-commit-xyz", str(tmp_path / "bad")).returncode == 2
 
 
 def test_backend_renders_from_the_folder_given_and_keys_its_builds_apart(tmp_path):
     folder = tmp_path / "templates"
-    default = ROOT / template_ab.TEMPLATE_DIR
+    default = ROOT / TEMPLATE_DIR
     folder.mkdir()
     for path in default.rglob("*.jinja"):
         target = folder / path.relative_to(default)
@@ -71,7 +76,14 @@ def _row(m, backend, side, pair, kernel_us, after_us, status="ok"):
             "after_us": str(after_us), "cublas_after_us": "10"}
 
 
-def test_classes_compare_old_and_new_over_shapes_measured_in_every_run():
+def _write(path, rows):
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_summary_compares_old_and_new_over_shapes_measured_in_every_run(tmp_path):
     rows = []
     for pair in (0, 1):
         for side, wgmma_us in (("old", 10.0), ("new", 9.0)):
@@ -80,29 +92,31 @@ def test_classes_compare_old_and_new_over_shapes_measured_in_every_run():
             rows.append(_row(3, "cuda_wgmma", side, pair, 40.0, 40.0))
     rows.append(_row(4, "cuda_wgmma", "old", 0, 1.0, 1.0))  # missing from the other runs
     rows.append(_row(5, "triton", "old", 0, 1.0, 1.0, status="build_failed"))
-    table = template_ab.classes(rows)
-    assert set(table) == {("cuda_wgmma", "under"), ("triton", "under"), ("cuda_wgmma", "over")}
-    fast = table[("cuda_wgmma", "under")]
-    assert fast["old kernel"] == [1.0, 1.0] and fast["new kernel"] == pytest.approx([10 / 9] * 2)
-    assert fast["new after"] == pytest.approx([1.0, 1.0]) and fast["old after"] == pytest.approx([10 / 11] * 2)
-    assert table[("triton", "under")]["old kernel"] == table[("triton", "under")]["new kernel"] == [2.0, 2.0]
+    path = tmp_path / "ab.csv"
+    _write(path, rows)
+    done = _tool("summary", str(path))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("| ") and " us |" in line]
+    assert len(lines) == 3  # (cuda_wgmma, under), (cuda_wgmma, over), (triton, under)
+    fast = next(line for line in lines if "| cuda_wgmma | under 30 us |" in line)
+    assert "| 1 | 1.000x -> 1.111x (+11.1 %)" in fast  # shape 4, measured once, left out
+    assert any("| triton | under 30 us | 1 | 2.000x -> 2.000x (+0.0 %)" in line for line in lines)
 
 
-def test_summary_prints_one_line_per_class(tmp_path, capsys):
+def test_summary_prints_one_line_per_class(tmp_path):
     path = tmp_path / "ab.csv"
     rows = [_row(1, "cuda_wgmma", side, 0, us, us) for side, us in (("old", 10.0), ("new", 8.0))]
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    assert template_ab.summary(path) == 0
-    out = capsys.readouterr().out
+    _write(path, rows)
+    done = _tool("summary", str(path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert "| cuda_wgmma | under 30 us | 1 | 1.000x -> 1.250x (+25.0 %)" in out
     empty = tmp_path / "empty.csv"
     empty.write_text("m,n,k,backend,status,templates,pair,kernel_us,cublas_us,after_us,cublas_after_us\n")
-    assert template_ab.summary(empty) == 1
+    assert _tool("summary", str(empty)).returncode == 1
 
 
-def test_run_refuses_a_folder_that_was_not_prepared(tmp_path, capsys):
-    assert template_ab.run(tmp_path / "missing", "64x64x64", "nn", 1, "ab", tmp_path, 3) == 2
-    assert "no prepared templates" in capsys.readouterr().err
+def test_run_refuses_a_folder_that_was_not_prepared(tmp_path):
+    done = _tool("run", str(tmp_path / "missing"), "--shapes", "64x64x64", "--pairs", "1",
+                 "--report-dir", str(tmp_path))
+    assert done.returncode == 2 and "no prepared templates" in done.stderr

@@ -177,18 +177,6 @@ def test_matmul_traces_fullgraph_to_the_op(mm, monkeypatch):
     assert len(graphs) == 1
 
 
-def test_op_call_benchmark_shapes_and_summary():
-    from benchmark_scripts import load
-    bench = load("op_call_gpu")
-    shapes = bench.smallest(50)
-    assert len(shapes) == 50 and shapes[0].shape == "64x64x64"
-    assert max(p.flops for p in shapes) <= min(p.flops for p in bench.smallest(60)[50:])
-    row = dict(op_call_us=20.0, torch_call_us=25.0, matmul_call_us=30.0, op_enqueue_us=5.0,
-               torch_enqueue_us=4.0, call_ratio=1.25, enqueue_ratio=0.8, served="op")
-    text = bench.summary([row])
-    assert "op <= torch on 1/1" in text and "op rate >= torch's on 0/1" in text
-
-
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler here")
 def test_builds_without_ninja(tmp_path):
     """Where ninja is missing (cpp_extension.load needs it), one c++ call builds the same

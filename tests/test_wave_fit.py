@@ -1,7 +1,6 @@
 """policy.wave_fit: tiles and K splits sized to the wave, and the heuristic's use of them."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -13,10 +12,7 @@ from gemmforge.ir.verify import check
 from gemmforge.policy import wave_fit
 from gemmforge.policy.heuristic import HeuristicPolicy, _seeds, wave_fit_programs
 
-from benchmark_scripts import load
-
 WGMMA = registry.get("cuda_wgmma")
-check_script = load("wave_fit_check")
 
 
 def ctas(problem: Problem, fit) -> int:
@@ -107,7 +103,7 @@ def test_every_wave_fit_program_is_legal(shape, layout):
 
 
 @pytest.mark.parametrize("shape, layout, text", [
-    # winners of the thirtieth session's round on an H200 (benchmarks/README.md, wave_fit_h200_s30)
+    # winners of the wave-fit round on an H200 (benchmarks/NOTES.md, "Tiles sized to the wave")
     ((256, 6144, 4096), "nt", "cuda_wgmma sm_90a 128x96x64 w2x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"),
     ((128, 4096, 14336), "nt", "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k2c dp c1x1 coop direct"),
     ((12288, 64, 16384), "nn", "cuda_wgmma sm_90a 192x64x64 w1x1 s5 sw128 row/8 pred k2c dp c1x1 coop direct"),
@@ -136,50 +132,3 @@ def test_verify_refuses_a_wgmma_wider_than_ptxas_s_register_cap():
     reason = check(parse(base.format("256x144x64")), problem)
     assert reason and "ptxas" in reason and "640 threads at 96" in reason
     assert check(parse(base.format("256x136x64")), problem) is None
-
-
-# benchmarks/wave_fit_check.py's pure parts ----------------------------------------------------
-
-def test_spearman_ranks_with_ties_and_refuses_constants():
-    assert check_script.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert check_script.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert check_script.spearman([1, 1, 2, 3], [5, 6, 7, 8]) == pytest.approx(0.9487, abs=1e-4)
-    assert check_script.spearman([1, 1, 1], [1, 2, 3]) is None
-
-
-def test_agreement_reads_the_pick_cost_of_the_model_s_first_choice():
-    by_shape = {"a": [(1.0, 10.0), (2.0, 12.0), (3.0, 15.0), (4.0, 20.0)],   # model right
-                "b": [(1.0, 13.0), (2.0, 10.0), (3.0, 11.0), (4.0, 12.0)]}   # first pick 1.3x
-    figures = check_script.agreement(by_shape)
-    assert figures["shapes"] == 2
-    assert figures["pick_cost_geomean"] == pytest.approx(math.sqrt(1.3))
-    assert figures["pick_cost_median"] == pytest.approx(1.15)
-    assert figures["median_correlation"] == pytest.approx((1.0 - 0.2) / 2)  # b: -0.2
-
-
-def test_readings_keep_modelled_programs_in_range_with_four_or_more():
-    coop = "cuda_wgmma sm_90a 64x{}x64 w1x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"
-    other = "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/4 pred k1 persistent c1x1 pingpong tma"
-    result = json.dumps({"kernel_us": 5.0})
-    mid, small = "256x6144x4096 nt f32", "64x64x64 nn f32"
-    rows = [(mid, "portfolio", coop.format(n), "ok", 1.0, result) for n in (64, 96, 128, 192)]
-    rows += [(mid, "portfolio", other, "ok", 1.0, result),               # not modelled
-             (mid, "portfolio", coop.format(48), "failed", None, "{}"),  # not ok
-             (mid, "portfolio", coop.format(64), "ok", 1.0, result)]     # a second reading
-    rows += [(small, "portfolio", coop.format(n), "ok", 1.0, result) for n in (64, 96, 128, 192)]
-    got = check_script.readings(rows)
-    assert list(got) == [mid] and len(got[mid]) == 4
-    few = check_script.readings(rows[:3])
-    assert few == {}
-
-
-def test_winner_kinds():
-    problem = Problem(256, 6144, 4096, Layout.NT)
-    one = "cuda_wgmma sm_90a 128x96x64 w2x1 s8 sw128 row/8 pred k1 dp c1x1 coop direct"
-    pow2 = "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct"
-    split = "cuda_wgmma sm_90a 128x192x64 w2x1 s3 sw128 row/8 pred k2c dp c1x1 coop direct"
-    fits = {one, pow2, split}
-    assert check_script.kind(one, problem, fits) == "wave-fit, one slice, tile off the powers of two"
-    assert check_script.kind(pow2, problem, fits) == "wave-fit, one slice, power-of-two tile"
-    assert check_script.kind(split, problem, fits) == "wave-fit, split k2 cluster"
-    assert check_script.kind(pow2, problem, {one}) == "other proposal"

@@ -80,35 +80,3 @@ def test_an_exact_row_and_equal_predictions_keep_the_old_order(tmp_path):
     assert tie.measured == Problem(640, 6144, 4096) and tie.predicted_us == pytest.approx(70)
     with pytest.raises(ValueError, match="rule"):
         pick(Problem(1, 1, 1), [], ("h100",), "best")
-
-
-def _off_grid_rule():
-    from benchmark_scripts import load
-    return load("off_grid_rule")
-
-
-def test_the_replay_scores_picks_by_the_portfolio_pass_and_leaves_untimed_ones_out(tmp_path):
-    import sqlite3
-    rule = _off_grid_rule()
-    store = tmp_path / "store.db"
-    con = sqlite3.connect(store)
-    con.execute("CREATE TABLE programs (id INTEGER PRIMARY KEY, text TEXT)")
-    con.execute("CREATE TABLE measurements (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-                "problem TEXT, pass TEXT, round INTEGER, program INTEGER, status TEXT, "
-                "speedup REAL, result TEXT NOT NULL DEFAULT '{}')")  # campaign_store's columns
-    con.executemany("INSERT INTO programs VALUES (?, ?)", [(1, PINGPONG), (2, TALL)])
-    con.executemany("INSERT INTO measurements (problem, pass, round, program, status, speedup) "
-                    "VALUES (?, ?, 0, ?, ?, ?)", [
-        ("333x6144x4096 nn f32", "portfolio", 1, "ok", 0.5),
-        ("333x6144x4096 nn f32", "portfolio", 2, "ok", 0.8),
-        ("333x6144x4096 nn f32", "confirm", 2, "ok", 0.9),     # another pass: not read
-        ("600x6144x4096 nn f32", "portfolio", 1, "wrong", None)])
-    con.commit()
-    con.close()
-    readings = rule.portfolio(str(store))
-    p, q = Problem(333, 6144, 4096), Problem(600, 6144, 4096)
-    assert readings == {p: {PINGPONG: 0.5, TALL: 0.8}, q: {PINGPONG: 0.0}}
-    fr = rule.fractions(readings, {p: PINGPONG, q: TALL})
-    assert fr[p] == pytest.approx(0.625) and fr[q] is None  # TALL untimed at q
-    assert rule.fractions(readings, {q: PINGPONG}) == {q: None}  # nothing ok at q
-    assert rule.summary(fr, [p, q]).startswith("timed 1/2, geomean 0.625")

@@ -2,10 +2,10 @@
 
     python3 -m gemmforge.search.learn.ranker_train --store .carry/campaign/rerun_h100.db \
         --store .carry/campaign/ragged_nn_h100.db --store .carry/campaign/ragged_nn_b_h100.db \
-        --out dispatch/data/ranker_h100.json [--device-class h100] [--seed 0] [--folds 5]
+        --out dispatch/data/ranker_h100.json.gz [--device-class h100] [--seed 0] [--folds 5]
     python3 -m gemmforge.search.learn.ranker_train --store .carry/campaign/small_nt_h100.db \
         --store .carry/campaign/llm_nt_h100.db --store .carry/campaign/ragged_nt_h100.db \
-        --out dispatch/data/ranker_h100_nt.json
+        --out dispatch/data/ranker_h100_nt.json.gz
 
 A campaign's portfolio pass times every program of a shape in one group beside cuBLAS
 (search.measure.campaign_store; one reading each, kernel protocol). Each reading that passed is one
@@ -31,6 +31,7 @@ scikit-learn version write the same file.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -243,7 +244,9 @@ def main(argv=None) -> int:
     if not np.allclose(walked, model.predict(data[0]), atol=2e-4):  # leaves rounded
         raise SystemExit("the written trees do not reproduce scikit-learn's predictions "
                          f"(scikit-learn {_sklearn_version()}: its tree layout changed?)")
-    Path(args.out).write_text(json.dumps(content, separators=(",", ":")) + "\n")
+    text = (json.dumps(content, separators=(",", ":")) + "\n").encode()
+    out = Path(args.out)
+    out.write_bytes(gzip.compress(text, mtime=0) if out.suffix == ".gz" else text)
     print(f"wrote {args.out}: {len(data[1])} readings of {len(data[5])} shapes; "
           f"validation {validation}")
     return 0

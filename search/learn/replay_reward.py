@@ -1,7 +1,7 @@
 """Rewards from recorded GPU measurements, for RL loops on a machine with no GPU.
 
     from gemmforge.search.learn.replay_reward import ReplayReward
-    model = ReplayReward()                          # search/data/measured_gpu.csv.gz, H100 rows
+    model = ReplayReward()                          # search/data/measured_gpu.csv.xz, H100 rows
     results = model.evaluate(programs, problem)     # Results, in order, like search.measure.env.evaluate
     rewards = model.score(programs, problem)        # policy.reward.reward of each
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import lzma
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,7 +45,7 @@ from ...ir.program import Problem, Program
 from ...policy.reward import reward
 from ..measure.records import MeasureRequest, Result
 
-DATA_FILE = Path(__file__).parents[1] / "data" / "measured_gpu.csv.gz"
+DATA_FILE = Path(__file__).parents[1] / "data" / "measured_gpu.csv.xz"
 DEFAULT_DEVICE = "H100"
 REPLAYED_FLAG = "replayed"
 ESTIMATED_FLAG = "estimated"
@@ -73,7 +74,7 @@ class Measured:
 def read_measured(path: str | Path = DATA_FILE, device: str = DEFAULT_DEVICE) -> list[Measured]:
     """The rows of a build_replay_data file whose device contains `device` ("" for all)."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     with opener(path, "rt", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return [Measured(Problem(int(r["m"]), int(r["n"]), int(r["k"]), r["layout"], r["acc"]),

@@ -52,7 +52,7 @@ def test_a_small_campaign_on_the_gpu(tmp_path):
     from gemmforge.search.measure.records import replace
     settings = CampaignSettings(
         portfolio=Portfolio(per_backend=2, per_shape=6, lists=(
-            ("large", str(ROOT / "benchmarks" / "programs" / "hopper_population.txt")),)),
+            ("large", str(ROOT / "tests" / "data" / "large_programs.txt")),)),
         threshold=10.0, search_budget=2, search_batch=2, top=2)
     settings = replace(settings, sustained_bench=replace(settings.sustained_bench,
                                                          sustained_s=0.3))
