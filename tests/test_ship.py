@@ -183,3 +183,34 @@ def test_auto_ranks_by_the_after_protocol_where_every_reading_has_it(tmp_path):
     assert [r.program_text for r in ship([both], out, "kernel", rank_by="kernel")[0]] == [pdl]
     partly = source("partly.csv", [(plain, 4.7, 5.0, "", "")])
     assert [r.program_text for r in ship([both, partly], out, "auto")[0]] == [pdl]
+
+
+def test_a_shape_cublas_wins_ships_as_cublas_and_the_runtime_calls_cublas(tmp_path):
+    """Where even the best program reads slower than cuBLAS, the row's program is `cublas`:
+    matmul's resolver (cublas="slower") and patch's (cublas="unmeasured") serve cuBLAS there,
+    the rows around it are kept, and a later ship of the same file keeps the cuBLAS row."""
+    from gemmforge.dispatch.choice import resolve
+    from gemmforge.dispatch.shipped import CUBLAS
+    from gemmforge.ir.program import Arch
+    slow = _csv(tmp_path / "slow.csv", [_row(A, 100, 0.95), _row(B, 100, 0.97),
+                                        _row(A, 100, 1.10, shape=(2048, 4096, 4096))])
+    out = tmp_path / "shipped.json"
+    ship([slow], out, "python3 measure.py", "h100")
+    book = read(out)
+    (won,) = book.cublas_rows
+    assert won.program_text == CUBLAS and won.problem == Problem(4096, 4096, 4096)
+    assert won.speedup == pytest.approx(0.97)  # the best program's evidence stays
+    assert [r.program_text for r in book.rows] == [A]
+    for rule in ("slower", "unmeasured"):
+        choice = resolve(Problem(4096, 4096, 4096), Arch.SM90A, "h100", shipped_path=out,
+                         use_tuned=False, cublas=rule)
+        assert choice.cublas and "won this shape" in choice.line()
+        other = resolve(Problem(2048, 4096, 4096), Arch.SM90A, "h100", shipped_path=out,
+                        use_tuned=False, cublas=rule)
+        assert str(other.program) == A
+    never = resolve(Problem(4096, 4096, 4096), Arch.SM90A, "h100", shipped_path=out,
+                    use_tuned=False)
+    assert not never.cublas  # emit and bench still get a program
+    ship([_csv(tmp_path / "other.csv", [_row(B, 100, 1.2, shape=(1024, 4096, 4096))])], out,
+         "python3 measure.py", "h100")
+    assert [r.problem for r in read(out).cublas_rows] == [Problem(4096, 4096, 4096)]

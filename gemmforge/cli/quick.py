@@ -72,6 +72,7 @@ def cmd_quick(args) -> int:
             database.close()
     for o in outcomes:
         print("\n".join(_lines(o)))
+    _write_report(args, [o.best for o in outcomes if o.best is not None])
     won = sum(o.best is not None for o in outcomes)
     print(f"{won} of {len(outcomes)} shapes measured ok, "
           f"{sum(o.recorded for o in outcomes)} recorded")
@@ -79,6 +80,17 @@ def cmd_quick(args) -> int:
         raise Failure("tune --quick: no candidate measured ok for any shape (the lines "
                       "above say why)")
     return 0
+
+
+def _write_report(args, best) -> None:
+    """Each shape's winner as a report CSV + PNG (--report; `gemmforge ship --from` reads it:
+    a winner slower than cuBLAS ships as a cuBLAS row)."""
+    from pathlib import Path
+    from ..search.measure.report import write_report
+    if best and args.report:
+        csv_path, png_path = write_report(best, args.report,
+                                          Path(args.report_dir) if args.report_dir else None)
+        print(f"wrote {csv_path}\nwrote {png_path}")
 
 
 def _lines(o) -> list[str]:

@@ -37,7 +37,7 @@ from pathlib import Path
 from ...ir.program import IRError, Problem
 from ...dispatch.devices import device_class
 from ..measure.shapes import shape_class
-from ...dispatch.shipped import FIGURES, FORMAT, ShippedFile, ShippedRow, read
+from ...dispatch.shipped import CUBLAS, FIGURES, FORMAT, ShippedFile, ShippedRow, read
 
 GATE_COLUMNS = ("gate", "regate", "gate_ok", "regate_ok")
 """Columns that, where a CSV has them and they are not empty, must say the program passed
@@ -150,31 +150,40 @@ def _after(row: dict) -> float | None:
     return _protocol_ratio(row, "after")
 
 
-def _rank(by_program: dict[str, list[dict]], rank_by: str = "auto"):
-    """The ranking of a key's programs by RANKINGS' rank_by: the median of that ratio over
-    each program's readings (a protocol counts where every reading of every program of the
-    key has it); ties: more readings."""
+def _ratio(by_program: dict[str, list[dict]], rank_by: str = "auto"):
+    """The ratio a key's programs are ranked by (RANKINGS' rank_by): a protocol counts where
+    every reading of every program of the key has it."""
     def everywhere(ratio) -> bool:
         return all(ratio(r) is not None for rows in by_program.values() for r in rows)
     if rank_by == "after":
-        ratio = _after
-    elif everywhere(_sustained):
-        ratio = _sustained
-    elif rank_by == "auto" and everywhere(_after):
-        ratio = _after
-    else:
-        ratio = _speedup
+        return _after
+    if everywhere(_sustained):
+        return _sustained
+    if rank_by == "auto" and everywhere(_after):
+        return _after
+    return _speedup
+
+
+def _rank(by_program: dict[str, list[dict]], rank_by: str = "auto"):
+    """The ranking of a key's programs: the median of _ratio over each program's readings;
+    ties: more readings."""
+    ratio = _ratio(by_program, rank_by)
     return lambda item: (statistics.median(ratio(r) for r in item[1]), len(item[1]))
 
 
 def best_rows(readings, measured: dict, rank_by: str = "auto") -> list[ShippedRow]:
-    """Per key the best program by _rank, with the medians of its readings' figures."""
+    """Per key the best program by _rank, with the medians of its readings' figures; where
+    even the best reads slower than cuBLAS by that ratio, a cuBLAS row (program CUBLAS: the
+    runtime calls cuBLAS there), keeping the best program's figures as the evidence."""
     out = []
     for (cls, problem), by_program in readings.items():
         program, rows = max(sorted(by_program.items()), key=_rank(by_program, rank_by))
         speedups = [_speedup(r) for r in rows]
         figures = {name: _median(rows, name) for name in FIGURES}
         figures.update(speedup=statistics.median(speedups), min_speedup=min(speedups))
+        ratio = _ratio(by_program, rank_by)
+        if statistics.median(ratio(r) for r in rows) < 1.0:
+            program = CUBLAS
         out.append(ShippedRow(cls, problem, program, figures, len(rows), measured))
     return out
 
@@ -211,7 +220,7 @@ def _git_commit(path: Path) -> tuple[str, str]:
 def merge(old: ShippedFile, new: list[ShippedRow], measured_id: str) -> dict:
     """The JSON document: `old`'s rows for keys `new` lacks, then `new`'s, sorted."""
     keys = {(r.device_class, r.problem) for r in new}
-    kept = [(r, _measured_id(r.measured)) for r in old.rows
+    kept = [(r, _measured_id(r.measured)) for r in [*old.rows, *old.cublas_rows]
             if (r.device_class, r.problem) not in keys]
     rows = kept + [(r, measured_id) for r in new]
     rows.sort(key=lambda x: (x[0].device_class, str(x[0].problem.layout), str(x[0].problem.acc),

@@ -41,15 +41,15 @@ def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
                          backends: tuple[str, ...] = QUICK_BACKENDS, shipped_path=None,
                          max_distance: float = MAX_DISTANCE) -> list[Program]:
     """Distinct programs usable at `problem` (dispatch.choice.usable): the `shipped` nearest
-    shipped shapes' programs for `device_class` (its own class before its siblings at equal
-    distance, then the higher measured speedup), nearest first; then the heuristic's top
-    `per_backend` of each of `backends` not already listed. With no class, or nothing
+    shipped shapes' programs of `backends` for `device_class` (its own class before its
+    siblings at equal distance, then the higher measured speedup), nearest first; then the
+    heuristic's top `per_backend` of each of `backends` not already listed. With no class, or nothing
     shipped within `max_distance` octaves, the heuristic's alone."""
     out: list[Program] = []
     for program in _shipped_nearest(problem, arch, device_class, shipped_path, max_distance):
         if len(out) == shipped:
             break
-        if program not in out:
+        if program not in out and program.backend in backends:
             out.append(program)
     from ...policy.heuristic import HeuristicPolicy
     for backend in backends:
