@@ -164,7 +164,7 @@ def streaming(problem: Problem) -> list[str]:
     m, n = problem.m, problem.n
     if problem.k < 1024:
         return []
-    if n == 128 and 120 <= 2 * math.ceil(m / 192) <= 132:
+    if n == 128 and 120 <= 2 * math.ceil(m / 192) <= SMS:
         return ["cuda_wgmma sm_90a 192x64x64 w1x1 s7 sw128 row/8 pred k1 dp c1x2 coop direct pdl"]
     if m > 128:
         return []
@@ -172,7 +172,7 @@ def streaming(problem: Problem) -> list[str]:
     if 60 <= math.ceil(n / 192) <= 66:
         forms.append("cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct "
                      "l2first")
-    if 96 <= math.ceil(n / 128) * math.ceil(m / 64) <= 132:
+    if 96 <= math.ceil(n / 128) * math.ceil(m / 64) <= SMS:
         forms.append("cuda_wgmma sm_90a 64x128x64 w1x1 s9 sw128 row/8 pred k1 dp c1x1 coop direct "
                      "l2first")
     return forms

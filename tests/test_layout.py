@@ -3,15 +3,17 @@
 Walks the installed package (editable or not) with `ast`: every `import` and
 `from ... import`, at module level or inside a function, is an arrow from one file to
 another. Floors, from the bottom: ir -> compiler (the toolchain) -> backends -> policy ->
-dispatch (picking a program at run time) -> search -> the face (gemmforge/__init__.py, ops, emit, cli). A file may import its own floor
-or those below; importing a package's parent (`gemmforge`) is implicit and not counted.
+dispatch (picking a program at run time) -> search, in floors of its own (measure -> learn
+-> tune -> campaign) -> the face (gemmforge/__init__.py, ops, emit, cli). A file may import
+its own floor or those below; importing a package's parent (`gemmforge`) is implicit and
+not counted.
 """
 from __future__ import annotations
 
 import ast
-import os
 import importlib.metadata
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
