@@ -15,6 +15,7 @@ at::linear, correctly.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from .torch_op import bucket
@@ -62,6 +63,39 @@ def prepare_buckets(n: int, k: int, tokens, device: int = 0, bias: bool = False)
     """Fill the table for the buckets of every token count in `tokens` at layer (n, k)."""
     for t in tokens:
         prepare_key((bucket(int(t)), n, k, device), bias)
+
+
+def build_ahead(layers, tokens, device: int = 0) -> int:
+    """Build, in parallel, the programs that preparing `layers` ((n, k, bias) triples) at the
+    buckets of `tokens` will load, so that preparing them finds each in the artifact cache
+    (a fresh machine builds a model's kernels in the time of its slowest build, not their
+    sum). Returns how many were built or found; a build that fails is left for `prepare`
+    to report."""
+    from concurrent.futures import ThreadPoolExecutor
+    from .backends.pipeline import compile
+    from .compiler.values import Target
+    from .ir.program import Accum, Problem
+    from .ops import _arch_of, choice_for, device_class_of, device_sm, with_bias
+    sm = device_sm(device)
+    jobs = {}
+    for n, k, bias in layers:
+        for m in sorted({bucket(int(t)) for t in tokens}):
+            problem = Problem(m, n, k, "nt", Accum.F32)
+            choice = choice_for(problem, _arch_of(sm), device_class_of(device), CUBLAS_RULE)
+            if not choice.cublas:
+                program = with_bias(choice.program, problem) if bias else choice.program
+                jobs.setdefault(str(program), (program, problem))
+    if not jobs:
+        return 0
+
+    def build(job) -> bool:
+        try:
+            compile(*job, Target(device_sm=sm))
+            return True
+        except Exception:  # reported by prepare, which builds it again
+            return False
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        return sum(pool.map(build, jobs.values()))
 
 
 def forget() -> None:

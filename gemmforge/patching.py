@@ -23,7 +23,7 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass, field
 
-from .linears import prepare_buckets
+from .linears import build_ahead, prepare_buckets
 
 ALIGN = 8  # elements: TMA wants 16-byte rows, 8 fp16 values
 MAX_TOKENS = 16384
@@ -101,6 +101,8 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
         report.routed.append(name)
         shape = (*layer.weight.shape, layer.weight.device.index or 0)
         biased[shape] = biased.get(shape, False) or layer.bias is not None
+    for device in sorted({d for _, _, d in biased}) if tokens else ():
+        build_ahead([(n, k, b) for (n, k, d), b in biased.items() if d == device], tokens, device)
     for (n, k, device), bias in sorted(biased.items()):
         prepare_buckets(n, k, tokens, device, bias)
     report.shapes = {(n, k) for n, k, _ in biased}
