@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ..compiler.values import Artifact, Source, Target
 from ..ir.arch import MmaFamily
-from ..ir.program import Accum, Arch, Layout, Problem, Program, Reduction
+from ..ir.program import Accum, Arch, DType, Layout, Problem, Program, Reduction
 
 
 class Backend(ABC):
@@ -32,6 +32,7 @@ class Backend(ABC):
                       Fields added after the backends (l2_hint, swap_ab, pdl) are opt-in: only
                       their default is legal unless `allowed` lists more
       layouts, accumulators -- problem kinds it can compute
+      dtypes       -- operand (and output) dtypes it computes: f16 unless it lists bf16
       tile_extras  -- tile.bm / tile.bn values beyond powers of two it accepts (of
                       ir.program.TILE_EXTRAS: multiples of 8 up to 256)
       max_stages   -- the deepest pipeline it builds (the IR allows ir.program.MAX_STAGES;
@@ -52,6 +53,7 @@ class Backend(ABC):
     allowed: ClassVar[dict[str, frozenset]] = {}
     layouts: ClassVar[frozenset[Layout]] = frozenset(Layout)
     accumulators: ClassVar[frozenset[Accum]] = frozenset(Accum)
+    dtypes: ClassVar[frozenset[DType]] = frozenset({DType.F16})
     tile_extras: ClassVar[frozenset[int]] = frozenset()
     max_stages: ClassVar[int] = 8
     reductions: ClassVar[frozenset[Reduction]] = frozenset({Reduction.WORKSPACE,

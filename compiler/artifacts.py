@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .values import Artifact, Source, Target
-from ..ir.program import Accum, Layout
+from ..ir.program import Accum, DType, Layout
 
 RECORD = "artifact.json"
 
@@ -47,7 +47,8 @@ class ArtifactCache:
             data = json.loads(record.read_text())
             artifact = Artifact(key=key, kind=data["kind"], path=self._dir(key) / data["file"],
                                 program_text=data["program"], layout=Layout(data["layout"]),
-                                acc=Accum(data["acc"]), meta=data["meta"])
+                                acc=Accum(data["acc"]), meta=data["meta"],
+                                dtype=DType(data.get("dtype", DType.F16.value)))
         except (OSError, ValueError, KeyError):
             return None
         return artifact if artifact.path.exists() else None
@@ -61,7 +62,8 @@ class ArtifactCache:
             (tmp / RECORD).write_text(json.dumps({
                 "kind": artifact.kind, "file": artifact.path.name,
                 "program": artifact.program_text, "layout": artifact.layout.value,
-                "acc": artifact.acc.value, "meta": artifact.meta}, indent=1, sort_keys=True))
+                "acc": artifact.acc.value, "dtype": artifact.dtype.value,
+                "meta": artifact.meta}, indent=1, sort_keys=True))
             final = self._dir(key)
             final.parent.mkdir(parents=True, exist_ok=True)
             try:

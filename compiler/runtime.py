@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from typing import Callable
 
 from .values import Artifact
-from ..ir.program import Layout
+from ..ir.program import DType, Layout
 
 _LOADERS: dict[str, Callable[[Artifact], "Kernel"]] = {}
 
@@ -62,6 +62,7 @@ class Kernel(ABC):
         self._nn = artifact.layout == Layout.NN
         # a fused-bias program (launch_bias): a C entry for it is in the launch metadata
         self.fused_bias = "bias_symbol" in artifact.meta
+        self._torch_dtype = None  # torch's dtype of the artifact's operands, on first call
         self._workspace = {}  # device index -> (address, bytes, tensor) of the workspace
         self._needs: dict[tuple, int] = {}  # (m, n, k, device index) -> workspace bytes
 
@@ -90,26 +91,29 @@ class Kernel(ABC):
 
     def launch_bias(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int, m: int, n: int,
                     k: int, workspace_ptr: int, workspace_bytes: int, stream: int) -> None:
-        """`launch` with the fused bias (C = A @ B + bias, `bias_ptr` the address of n fp16
-        values), for a program with the bias field; ValueError for any other."""
+        """`launch` with the fused bias (C = A @ B + bias, `bias_ptr` the address of n
+        values of the operands' dtype), for a program with the bias field; ValueError for
+        any other."""
         raise ValueError(f"{self.artifact.program_text}: no fused bias (the program has no "
                          "bias token); launch it without one")
 
     def __call__(self, a, b, out=None, bias=None):
-        """C = A @ B (+ bias) on torch fp16 CUDA tensors: `a` is (m, k); `b` is (k, n) for
-        layout nn and (n, k) for nt; `bias`, a fused-bias program's (and only its), is (n,);
-        all contiguous. Runs on the current stream."""
+        """C = A @ B (+ bias) on torch CUDA tensors of the artifact's dtype (float16, or
+        bfloat16): `a` is (m, k); `b` is (k, n) for layout nn and (n, k) for nt; `bias`, a
+        fused-bias program's (and only its), is (n,); all contiguous. Runs on the current
+        stream."""
         import torch
-        f16 = torch.float16
+        dtype = self._torch_dtype or self._bind_dtype()
         flag = self.device_flag
-        m, k, n = _fast_shapes(a, b, self._nn, f16, flag) or _check_operands(
-            a, b, self.artifact.layout, flag)
+        m, k, n = _fast_shapes(a, b, self._nn, dtype, flag) or _check_operands(
+            a, b, self.artifact.layout, flag, dtype)
         device = a.device
         index = device.index
         if out is None:
-            out = torch.empty(m, n, dtype=f16, device=device)
-        elif out.shape != (m, n) or out.dtype != f16 or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous float16 tensor of shape ({m}, {n})")
+            out = torch.empty(m, n, dtype=dtype, device=device)
+        elif out.shape != (m, n) or out.dtype != dtype or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {_dtype_word(dtype)} tensor of shape "
+                             f"({m}, {n})")
         need = self._needs.get((m, n, k, index))
         if need is None:
             need = self._need(m, n, k, index)
@@ -124,23 +128,31 @@ class Kernel(ABC):
         return out
 
     def _bias_address(self, bias, n: int, device) -> int:
-        """The address of `bias`, checked: a fused-bias program's bias, n fp16 values on
-        the operands' device; ValueError naming what is wrong."""
+        """The address of `bias`, checked: a fused-bias program's bias, n values of the
+        operands' dtype on the operands' device; ValueError naming what is wrong."""
         import torch
+        dtype = self._torch_dtype or self._bind_dtype()
         if not self.fused_bias:
             raise ValueError(f"bias: {self.artifact.program_text} has no fused bias (no bias "
                              "token); call it without bias, or use its bias twin")
         if bias is None:
             raise ValueError(f"bias: {self.artifact.program_text} adds a fused bias; pass "
-                             f"bias=, a float16 tensor of shape ({n},)")
+                             f"bias=, a {_dtype_word(dtype)} tensor of shape ({n},)")
         word = _DEVICE_WORD.get(self.device_flag, self.device_flag)
-        if (not isinstance(bias, torch.Tensor) or bias.dtype != torch.float16
+        if (not isinstance(bias, torch.Tensor) or bias.dtype != dtype
                 or bias.shape != (n,) or not bias.is_contiguous() or bias.device != device):
             got = (f"{bias.dtype} of shape {tuple(bias.shape)} on {bias.device}"
                    if isinstance(bias, torch.Tensor) else type(bias).__name__)
-            raise ValueError(f"bias: expected a contiguous float16 {word} tensor of shape "
-                             f"({n},) on the operands' device, got {got}")
+            raise ValueError(f"bias: expected a contiguous {_dtype_word(dtype)} {word} tensor "
+                             f"of shape ({n},) on the operands' device, got {got}")
         return bias.data_ptr()
+
+    def _bind_dtype(self):
+        """torch's dtype for the artifact's (artifact.dtype), looked up once."""
+        import torch
+        self._torch_dtype = getattr(torch, TORCH_DTYPES[getattr(self.artifact, "dtype",
+                                                                  DType.F16)])
+        return self._torch_dtype
 
     def _stream(self, index: int | None) -> int:
         """The stream handle of device `index` that a launch goes to: the current one."""
@@ -166,12 +178,12 @@ class Kernel(ABC):
         return cached[0]
 
 
-def _fast_shapes(a, b, nn: bool, f16, flag: str) -> tuple[int, int, int] | None:
+def _fast_shapes(a, b, nn: bool, dtype, flag: str) -> tuple[int, int, int] | None:
     """(m, k, n) when the operands are plainly fine (the common case, few attribute reads),
     else None: then _check_operands finds what is wrong and says so. `flag`: the tensor
     attribute true on the kernel's device (Kernel.device_flag)."""
-    if (a.dtype is not f16 or b.dtype is not f16 or not getattr(a, flag) or not a.is_contiguous()
-            or not b.is_contiguous() or a.device != b.device):
+    if (a.dtype is not dtype or b.dtype is not dtype or not getattr(a, flag)
+            or not a.is_contiguous() or not b.is_contiguous() or a.device != b.device):
         return None
     sa, sb = a.shape, b.shape
     if len(sa) != 2 or len(sb) != 2:
@@ -199,15 +211,25 @@ def _current_stream(index: int | None) -> int:
 
 
 _DEVICE_WORD = {"is_cuda": "CUDA", "is_cpu": "CPU"}
+TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16"}
+"""The torch dtype (an attribute name of the torch module) of each operand dtype."""
 
 
-def _check_operands(a, b, layout: Layout, flag: str = "is_cuda") -> tuple[int, int, int]:
-    """(m, k, n) of operands on the kernel's device (`flag`), or ValueError saying what is
-    wrong with them."""
+def _dtype_word(dtype) -> str:
+    """A torch dtype as error messages name it: torch.bfloat16 -> 'bfloat16'."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_operands(a, b, layout: Layout, flag: str = "is_cuda",
+                    dtype=None) -> tuple[int, int, int]:
+    """(m, k, n) of operands of `dtype` (default torch.float16) on the kernel's device
+    (`flag`), or ValueError saying what is wrong with them."""
     import torch
+    dtype = dtype or torch.float16
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or not getattr(t, flag):
-            raise ValueError(f"{name} must be a float16 {_DEVICE_WORD.get(flag, flag)} tensor")
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or not getattr(t, flag):
+            raise ValueError(f"{name} must be a {_dtype_word(dtype)} "
+                             f"{_DEVICE_WORD.get(flag, flag)} tensor")
         if t.dim() != 2 or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous 2-D tensor, got shape {tuple(t.shape)}")
     m, k = a.shape

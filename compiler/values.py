@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..ir.program import Accum, Layout, Problem, Program
+from ..ir.program import Accum, DType, Layout, Problem, Program
 
 
 @dataclass(frozen=True)
 class Source:
-    """Lowered code for one (program, layout, acc): text files and how to build them.
+    """Lowered code for one (program, layout, acc, dtype): text files and how to build them.
 
     `files` maps file names to their text; `entry` is the file the build starts from.
     `specialized` is True when the code is valid only for `problem`'s exact m, n, k.
@@ -60,6 +60,7 @@ class Artifact:
     layout: Layout
     acc: Accum
     meta: dict = field(default_factory=dict)
+    dtype: DType = DType.F16  # of A, B and C: what the loaded Kernel takes and returns
 
 
 class BuildError(RuntimeError):

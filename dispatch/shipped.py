@@ -1,4 +1,5 @@
-"""The shipped file: the confirmed best program per (device class, layout, accumulator, shape).
+"""The shipped file: the confirmed best program per (device class, layout, accumulator, operand
+dtype, shape).
 
 `dispatch/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
 have tuned programs on a fresh install (a user's own tuned database takes precedence:
@@ -12,6 +13,9 @@ SQLAlchemy), written by `gemmforge ship` (search.campaign.ship) from confirmatio
                "k": 8192, "program": "cuda_wgmma sm_90a ...", "kernel_us": ..., "cublas_us": ...,
                "speedup": ..., "min_speedup": ..., "readings": 3, "measured": "<id>"}, ...]}
 
+A row's "dtype" (of A, B and C) is "bf16" or left out: a row without one is f16, and rows
+of one dtype never serve a problem of another (search.choice: a bf16 problem with no bf16
+row takes the heuristic's program).
 A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustained_us,
 cublas_sustained_us, after_us, cublas_after_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
 speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..compiler.knobs import knobs
-from ..ir.program import Problem, Program
+from ..ir.program import DType, Problem, Program
 
 FORMAT = "gemmforge-shipped/1"
 CUBLAS = "cublas"
@@ -80,8 +84,9 @@ class ShippedRow:
 
     def to_json(self, measured_id: str) -> dict:
         p = self.problem
+        dtype = {} if p.dtype == DType.F16 else {"dtype": str(p.dtype)}  # f16: left out
         return {"device_class": self.device_class, "layout": str(p.layout), "acc": str(p.acc),
-                "m": p.m, "n": p.n, "k": p.k, "program": self.program_text,
+                **dtype, "m": p.m, "n": p.n, "k": p.k, "program": self.program_text,
                 **{name: _rounded(name, self.figures[name]) for name in FIGURES
                    if self.figures.get(name) is not None},
                 "readings": self.readings, "measured": measured_id}
@@ -101,7 +106,8 @@ def _parse(text: str) -> Program:
 
 
 class ShippedFile:
-    """The rows of one shipped file, indexed by (class, layout, acc) and by exact problem."""
+    """The rows of one shipped file, indexed by (class, layout, acc, dtype) and by exact
+    problem."""
 
     def __init__(self, rows: list[ShippedRow], path: Path | None = None):
         self.path = path
@@ -112,7 +118,8 @@ class ShippedFile:
         self._cublas: dict[tuple, ShippedRow] = {r.key: r for r in self.cublas_rows}
         for row in self.rows:
             p = row.problem
-            self._by_group.setdefault((row.device_class, p.layout, p.acc), []).append(row)
+            self._by_group.setdefault((row.device_class, p.layout, p.acc, p.dtype),
+                                      []).append(row)
             self._exact[row.key] = row
 
     def exact(self, device_class: str, problem: Problem) -> ShippedRow | None:
@@ -123,8 +130,8 @@ class ShippedFile:
         return self._cublas.get((device_class, problem))
 
     def group(self, device_class: str, problem: Problem) -> list[ShippedRow]:
-        """Rows of `device_class` with `problem`'s layout and accumulator."""
-        return self._by_group.get((device_class, problem.layout, problem.acc), [])
+        """Rows of `device_class` with `problem`'s layout, accumulator and operand dtype."""
+        return self._by_group.get((device_class, problem.layout, problem.acc, problem.dtype), [])
 
     def classes(self) -> list[str]:
         return sorted({r.device_class for r in self.rows})
@@ -148,7 +155,8 @@ def read(path: Path | str) -> ShippedFile:
 
 
 def _row(r: dict, measurements: dict) -> ShippedRow:
-    problem = Problem(int(r["m"]), int(r["n"]), int(r["k"]), r["layout"], r["acc"])
+    problem = Problem(int(r["m"]), int(r["n"]), int(r["k"]), r["layout"], r["acc"],
+                      r.get("dtype") or DType.F16)
     figures = {name: r.get(name) for name in FIGURES}
     return ShippedRow(str(r["device_class"]), problem, str(r["program"]), figures,
                       int(r.get("readings") or 1), dict(measurements.get(r.get("measured"), {})))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..ir.program import Arch, Problem, Program
+from ..ir.program import Arch, DType, Problem, Program
 
 TABLE = "gemmforge_tuned"
 DB_FILE = "tuning.db"
@@ -171,8 +171,11 @@ class TunedTable:
         """(entry, its device class) for every entry with `problem`'s layout and
         accumulator, an `arch` program and a device of one of `classes` (dispatch.devices:
         replayed and synthetic devices have none). Distance and legality are the reader's
-        to judge (dispatch.choice)."""
+        to judge (dispatch.choice). Tuned problems are f16 (measuring times f16 operands
+        only), so a problem of another dtype has none."""
         from .devices import device_class
+        if problem.dtype != DType.F16:
+            return []
         t = self.table
         query = t.select().where((t.c.layout == str(problem.layout)) &
                                  (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value))

@@ -62,11 +62,12 @@ def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shape
     return [problem(t, layout, acc, name) for t in texts]
 
 
-def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape"):
-    """One Problem from MxNxK and the layout and accumulator options."""
+def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape",
+            dtype: str = "f16"):
+    """One Problem from MxNxK and the layout, accumulator and dtype options."""
     from .ir.text import parse_problem
     try:
-        return parse_problem(f"{text} {layout} {acc}")
+        return parse_problem(f"{text} {layout} {acc} {dtype}")
     except IRError as e:
         raise UsageError(_blame(str(e), text, name)) from None
 
@@ -74,7 +75,7 @@ def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shap
 def _blame(message: str, text: str, name: str) -> str:
     if message.startswith("shape: "):
         return name + message[len("shape"):]
-    if message.startswith(("layout: ", "acc: ")):
+    if message.startswith(("layout: ", "acc: ", "dtype: ")):
         return "--" + message
     return f"{name}: {text!r}: {message}"
 

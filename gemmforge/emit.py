@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .backends import registry
 from .compiler.values import BuildError
-from .ir.program import Arch, Problem, Program
+from .ir.program import Arch, Problem, Program, lowered_name
 from .ir.verify import VerifyError, verify
 
 
@@ -30,13 +30,14 @@ def choose_program(problem: Problem, arch: Arch, program: Program | None = None,
 
 
 def emit(problem: Problem, program: Program, out_dir: Path) -> Path:
-    """Write `<out_dir>/<kernel name>.cu` for `program` and return its path."""
+    """Write `<out_dir>/<kernel name>.cu` for `program` computing `problem` (the name as
+    lowered: a bf16 file is named apart from the f16 one) and return its path."""
     verify(program, problem)
     text = registry.get(program.backend).standalone(program, problem)
     if text is None:
         raise VerifyError(f"backend: {program.backend} can't emit a standalone .cu file")
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{program.name}.cu"
+    path = out_dir / f"{lowered_name(program, problem)}.cu"
     tmp = path.with_suffix(".cu.tmp")
     tmp.write_text(text)
     tmp.replace(path)

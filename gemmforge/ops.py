@@ -1,4 +1,4 @@
-"""`matmul(a, b)`: a drop-in fp16 GEMM that runs the best known gemmforge kernel.
+"""`matmul(a, b)`: a drop-in fp16 or bf16 GEMM that runs the best known gemmforge kernel.
 
 Programs are chosen per token bucket: for (bucket of m, n, k, layout, device), the bucket
 being the power of two at or above m (torch_op.bucket), dispatch.choice resolves the program
@@ -7,17 +7,18 @@ nearest legal shape within a distance limit, else the heuristic's), builds it on
 (artifact cache) and keeps the loaded kernel; every m of the bucket runs it (the kernels
 take m at run time), so a new m costs no build. Where a record says cuBLAS won the shape, or
 the chosen program's own record reads slower than cuBLAS, cuBLAS serves (dispatch.choice,
-cublas="slower"). With an fp32 accumulator and no `out`, the call goes through the C++
-operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's launch entry (or its
-cuBLAS mark) is registered there on the bucket's first call, and later calls cost a
-dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped, below
-OP_HOST_BOUND_FLOPS, for the best program of another backend (dispatch.choice.resolve with
-that backend excluded) that has one; above it, and for `acc="f16"`, `out=` and machines
-where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never tries), the Python
-Kernel runs.
+cublas="slower"). With fp16 operands, an fp32 accumulator and no `out`, the call goes
+through the C++ operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's launch
+entry (or its cuBLAS mark) is registered there on the bucket's first call, and later calls
+cost a dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped,
+below OP_HOST_BOUND_FLOPS, for the best program of another backend (dispatch.choice.resolve
+with that backend excluded) that has one; above it, and for bf16 operands, `acc="f16"`,
+`out=` and machines where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never
+tries), the Python Kernel runs. The operands' dtype (torch.float16 or torch.bfloat16) is
+the problem's (ir Problem.dtype), and C comes back in it.
 
     from gemmforge.ops import matmul
-    c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 CUDA tensors
+    c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 (or bf16) CUDA tensors
     c = matmul(a, b_nk, layout="nt")  # b given as (n, k)
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import threading
 import warnings
 
 from .compiler.runtime import Kernel
-from .ir.program import Accum, Arch, Layout, Problem, Program
+from .ir.program import Accum, Arch, DType, Layout, Problem, Program
 
 OP_HOST_BOUND_FLOPS = 1e9
 """Below this (2mnk), a call is mostly host time: the Python path of a kernel without a C
@@ -90,14 +91,33 @@ def _build(program: Program, problem: Problem, sm: int) -> Kernel:
 
 
 def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
-    """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel."""
+    """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel, in
+    the operands' dtype (float16 or bfloat16; bf16 accumulates in f32 only)."""
     lay = Layout.parse(layout, "layout")
     acc_ = Accum.parse(acc, "acc")
-    if out is None and acc_ == Accum.F32 and _op_ready():
+    dtype = _dtype(a)
+    # the op serves fp16 (and hands any dtype it can't serve to torch.matmul, saying why)
+    if out is None and acc_ == Accum.F32 and dtype is not DType.BF16 and _op_ready():
         return _through_op(a, b if lay == Layout.NN else b.transpose(-2, -1))
+    if dtype is None:
+        raise ValueError(f"a must be a float16 or bfloat16 tensor, got "
+                         f"{getattr(a, 'dtype', type(a).__name__)}")
     m, k = a.shape
     n = b.shape[1] if lay == Layout.NN else b.shape[0]
-    return kernel_for(Problem(m, n, k, lay, acc_), a.device.index or 0)(a, b, out=out)
+    problem = Problem(m, n, k, lay, acc_, dtype)
+    return kernel_for(problem, a.device.index or 0)(a, b, out=out)
+
+
+_DTYPES: dict = {}  # torch dtype -> ir DType, filled on the first call (torch loaded by then)
+
+
+def _dtype(a) -> DType | None:
+    """The ir DType of tensor `a`, None where it is neither float16 nor bfloat16."""
+    if not _DTYPES:
+        import torch
+        from .compiler.runtime import TORCH_DTYPES
+        _DTYPES.update({getattr(torch, name): d for d, name in TORCH_DTYPES.items()})
+    return _DTYPES.get(getattr(a, "dtype", None))
 
 
 def _op_ready() -> bool:

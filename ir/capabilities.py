@@ -10,13 +10,15 @@ this table), and the layer that knows where backends live installs a loader:
 `gemmforge/__init__.py` installs one that imports `gemmforge.backends`, which installs its
 own (in-tree modules and the entry-point group). An entry is any object with the
 attributes of `gemmforge.backends.base.Backend` (name, archs, instruction, mma_shape,
-unit_threads, allowed, layouts, accumulators, tile_extras, consumer_accum_regs,
+unit_threads, allowed, layouts, accumulators, dtypes, tile_extras, consumer_accum_regs,
 supports(), smem_bytes(); `fusions` where it lowers a fused epilogue operation).
 """
 from __future__ import annotations
 
 import threading
 from typing import Callable
+
+from .program import DType
 
 
 class CapabilityTable:
@@ -89,3 +91,9 @@ class CapabilityTable:
 
 
 table = CapabilityTable()
+
+
+def serves_dtypes(entry) -> frozenset:
+    """The operand dtypes backend `entry` computes: its `dtypes`, f16 alone for an entry
+    that declares none (an out-of-tree backend may not know the field)."""
+    return getattr(entry, "dtypes", None) or frozenset({DType.F16})

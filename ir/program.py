@@ -75,6 +75,13 @@ class Accum(_TextEnum):
     F16 = "f16"
 
 
+class DType(_TextEnum):
+    """Element type of A, B and C (both 2 bytes). bf16 keeps fp32's exponent range with 8
+    bits of precision; it accumulates in f32 only (an f16 accumulator is for f16 operands)."""
+    F16 = "f16"
+    BF16 = "bf16"
+
+
 class Swizzle(_TextEnum):
     NONE = "none"
     B32 = "32B"
@@ -154,19 +161,24 @@ def _check_tile_value(value: int, name: str, pow2_only: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """C[m, n] = A[m, k] @ B with fp16 operands and output; `acc` is the accumulator type."""
+    """C[m, n] = A[m, k] @ B; `acc` is the accumulator type, `dtype` that of A, B and C."""
 
     m: int
     n: int
     k: int
     layout: Layout = Layout.NN
     acc: Accum = Accum.F32
+    dtype: DType = DType.F16
 
     def __post_init__(self):
         for name in ("m", "n", "k"):
             _check_int(getattr(self, name), name, 1, MAX_DIM)
         object.__setattr__(self, "layout", Layout.parse(str(self.layout), "layout"))
         object.__setattr__(self, "acc", Accum.parse(str(self.acc), "acc"))
+        object.__setattr__(self, "dtype", DType.parse(str(self.dtype), "dtype"))
+        if self.acc == Accum.F16 and self.dtype != DType.F16:
+            raise IRError(f"acc: f16 accumulation is for f16 operands; {self.dtype.value} "
+                          "accumulates in f32")
 
     @property
     def flops(self) -> int:
@@ -177,7 +189,10 @@ class Problem:
         return f"{self.m}x{self.n}x{self.k}"
 
     def __str__(self) -> str:
-        return f"{self.shape} {self.layout} {self.acc}"
+        """'MxNxK layout acc', then the dtype where it is not the default f16 (so a text
+        without one is an f16 problem)."""
+        dtype = "" if self.dtype == DType.F16 else f" {self.dtype}"
+        return f"{self.shape} {self.layout} {self.acc}{dtype}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +363,16 @@ class Program:
 
     def __str__(self) -> str:
         return _TEXT_FORM[0](self)
+
+
+def lowered_name(program: Program, problem: Problem) -> str:
+    """The kernel's name as lowered for `problem`: `program.name`, with the operand dtype
+    before the hash where it is not the default f16 (a bf16 build of a program is another
+    kernel, named and cached apart; an f16 build is named `program.name`)."""
+    if problem.dtype == DType.F16:
+        return program.name
+    head, _, key = program.name.rpartition("_")
+    return f"{head}_{problem.dtype.value}_{key}"
 
 
 _TEXT_FORM: list = [None]

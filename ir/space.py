@@ -249,14 +249,15 @@ class Space:
     def build(cls, archs: Iterable[Arch], backends: Iterable[str] | None = None,
               problem: Problem | None = None) -> "Space":
         """Every registered backend (or those named) on each of `archs` it emits, left out
-        where it can't compute `problem`'s layout or accumulator."""
+        where it can't compute `problem`'s layout, accumulator or operand dtype."""
         registry = capabilities.table
         names = sorted(backends) if backends is not None else registry.names()
         out = []
         for name in names:
             be = registry.get(name)
             if problem is not None and (problem.layout not in be.layouts
-                                        or problem.acc not in be.accumulators):
+                                        or problem.acc not in be.accumulators
+                                        or problem.dtype not in capabilities.serves_dtypes(be)):
                 continue
             out += [variant(name, Arch(a)) for a in archs if Arch(a) in be.archs]
         return cls(out)

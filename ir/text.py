@@ -167,12 +167,14 @@ def _parse_optional(tokens: list[str]) -> dict:
 
 
 def parse_problem(text: str):
-    """Parse 'MxNxK[ layout[ acc]]' (e.g. '1000x4096x333 nt f16') into a Problem."""
-    from .program import Accum, Layout, Problem
+    """Parse 'MxNxK[ layout[ acc[ dtype]]]' (e.g. '1000x4096x333 nt f16', '4096x4096x4096
+    nn f32 bf16') into a Problem; str(Problem) writes this form (dtype only where bf16)."""
+    from .program import Accum, DType, Layout, Problem
     tokens = text.split() if isinstance(text, str) else []
-    if not 1 <= len(tokens) <= 3:
-        raise IRError(f"shape: {text!r} is not of the form MxNxK [nn|nt] [f32|f16]")
+    if not 1 <= len(tokens) <= 4:
+        raise IRError(f"shape: {text!r} is not of the form MxNxK [nn|nt] [f32|f16] [f16|bf16]")
     m, n, k = _match(r"(\d+)x(\d+)x(\d+)", tokens[0], "shape", "MxNxK (e.g. 1000x4096x333)")
     layout = Layout.parse(tokens[1], "layout") if len(tokens) > 1 else Layout.NN
     acc = Accum.parse(tokens[2], "acc") if len(tokens) > 2 else Accum.F32
-    return Problem(m, n, k, layout, acc)
+    dtype = DType.parse(tokens[3], "dtype") if len(tokens) > 3 else DType.F16
+    return Problem(m, n, k, layout, acc, dtype)

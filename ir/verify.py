@@ -149,6 +149,10 @@ def _check_problem(p: Program, be, problem: Problem | None) -> str | None:
         return f"layout: {p.backend} does not compute layout {problem.layout.value}"
     if problem.acc not in be.accumulators:
         return f"acc: {p.backend} does not accumulate in {problem.acc.value}"
+    dtypes = capabilities.serves_dtypes(be)
+    if problem.dtype not in dtypes:
+        shown = ", ".join(sorted(d.value for d in dtypes))
+        return f"dtype: {p.backend} computes {shown} operands, not {problem.dtype.value}"
     return None
 
 

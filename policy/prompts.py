@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..ir.arch import ACCUM_REG_BUDGET, LIMITS
+from ..ir.capabilities import serves_dtypes
 from ..ir.devices import ARCH_DEFAULT
-from ..ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, Problem, Program
+from ..ir.program import DEFAULTS, OPT_IN_FIELDS, Arch, DType, Problem, Program
 from ..ir.schema import to_json
 from ..ir.verify import runs_text
 from .lineage import Lineage, field_distance
@@ -136,6 +137,11 @@ SYSTEM = ("You are a GPU performance engineer who writes HGEMM kernels (fp16 C =
           "\"analysis\" string and a \"program\" object in the IR's JSON form.")
 
 
+OPERAND_WORDS = {DType.F16: "fp16", DType.BF16: "bf16"}
+"""How the problem section names the operand dtype."""
+_COMPACT_DTYPE = {DType.F16: "", DType.BF16: ", bf16 operands"}  # f16, the default: unsaid
+
+
 def problem_section(problem: Problem, arch: Arch) -> str:
     """The problem's numbers: shape, layout, accumulator, FLOPs, intensity, grid fill."""
     m, n, k = problem.m, problem.n, problem.k
@@ -145,7 +151,8 @@ def problem_section(problem: Problem, arch: Arch) -> str:
     return "\n".join([
         "## Problem",
         f"C[m, n] = A[m, k] @ B with m={m}, n={n}, k={k}; layout {problem.layout.value} "
-        f"(nn: B is k x n row-major; nt: B is n x k), fp16 operands and output, "
+        f"(nn: B is k x n row-major; nt: B is n x k), {OPERAND_WORDS[problem.dtype]} "
+        f"operands and output, "
         f"{problem.acc.value} accumulator.",
         f"FLOPs 2mnk = {problem.flops:.3e}; arithmetic intensity "
         f"{problem.flops / moved:.1f} FLOP/byte (each operand read once).",
@@ -194,12 +201,12 @@ def _backend_lines(be) -> list[str]:
 
 
 def usable_backends(problem: Problem, arch: Arch, only: Sequence[str] = ()) -> list:
-    """Registered backends that emit code for `arch` and compute `problem`'s layout and acc
-    (of those named in `only`, if any)."""
+    """Registered backends that emit code for `arch` and compute `problem`'s layout, acc and
+    operand dtype (of those named in `only`, if any)."""
     from ..backends import registry
     return [be for be in registry.all() if arch in be.archs
             and problem.layout in be.layouts and problem.acc in be.accumulators
-            and (not only or be.name in only)]
+            and problem.dtype in serves_dtypes(be) and (not only or be.name in only)]
 
 
 def backends_section(problem: Problem, arch: Arch, only: Sequence[str] = ()) -> str:
@@ -324,7 +331,8 @@ def compact_prompt(problem: Problem, arch: Arch, examples: list[tuple[str, Progr
     m, n, k = problem.m, problem.n, problem.k
     ctas = math.ceil(m / 128) * math.ceil(n / 128)
     lines = [f"Write one HGEMM kernel program for {arch.value}: C = A @ B, m={m} n={n} "
-             f"k={k}, layout {problem.layout.value}, {problem.acc.value} accumulate; 128x128 "
+             f"k={k}, layout {problem.layout.value}{_COMPACT_DTYPE[problem.dtype]}, "
+             f"{problem.acc.value} accumulate; 128x128 "
              f"tiles give {ctas} CTAs on {SM_COUNT[arch]} SMs.", _COMPACT_FORM]
     lines.extend(compact_rules(be, arch) for be in usable_backends(problem, arch,
                                                                   config.backends))

@@ -4,8 +4,9 @@ from hypothesis import strategies as st
 from gemmforge.ir.program import (
     MAX_CLUSTER, MAX_RASTER_GROUP, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS_PER_DIM, TILE_EXTRAS,
     TILE_LIMITS,
-    Arch, Cluster, Epilogue, L2Hint, Padding, Program, Raster, RasterOrder, Reduction, Schedule,
-    SplitK, Swizzle, Tile, WarpSpec, Warps,
+    MAX_DIM,
+    Accum, Arch, Cluster, DType, Epilogue, L2Hint, Layout, Padding, Problem, Program, Raster,
+    RasterOrder, Reduction, Schedule, SplitK, Swizzle, Tile, WarpSpec, Warps,
 )
 
 
@@ -46,3 +47,13 @@ def programs(backends=("cuda_simt", "cuda_wmma", "cuda_mma", "cuda_wgmma", "trit
         pdl=st.booleans(),
         bias=st.booleans(),
     )
+
+
+def problems():
+    """Problems of every layout, accumulator and operand dtype (f16 accumulation only with
+    f16 operands, as Problem requires)."""
+    dim = st.integers(1, MAX_DIM)
+    kind = st.sampled_from([(a, d) for a in Accum for d in DType
+                            if a == Accum.F32 or d == DType.F16])
+    return st.builds(lambda m, n, k, lay, ad: Problem(m, n, k, lay, *ad),
+                     dim, dim, dim, st.sampled_from(list(Layout)), kind)

@@ -17,7 +17,7 @@ from ..templating import fingerprint, render
 from ...compiler import nvcc
 from ...ir.arch import MmaFamily
 from ...ir.program import (
-    DEFAULTS, Arch, Problem, Program, Swizzle,
+    DEFAULTS, Arch, DType, Problem, Program, Swizzle, lowered_name,
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -45,8 +45,8 @@ class CudaBackend(Backend):
         ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
                    selftest_m=m, selftest_n=n, selftest_k=k)
         text = render(TEMPLATES, "gemm.cu.jinja", ctx)
-        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
-                      f"{program.name}.cu")
+        name = f"{lowered_name(program, problem)}.cu"
+        return Source(program, problem, "cuda", {name: text}, name)
 
     def build(self, source: Source, target: Target, out_dir: Path) -> Artifact:
         src = out_dir / source.entry
@@ -55,6 +55,7 @@ class CudaBackend(Backend):
         nvcc.compile_cuda(src, lib, nvcc.gencode(source.program.arch, target.device_sm))
         return Artifact(key="", kind="cuda_so", path=lib, program_text=str(source.program),
                         layout=source.problem.layout, acc=source.problem.acc,
+                        dtype=source.problem.dtype,
                         meta={"symbol": "gemmforge_launch",
                               "workspace_symbol": "gemmforge_workspace_bytes",
                               **({"bias_symbol": BIAS_SYMBOL} if source.program.bias else {})})
@@ -99,3 +100,4 @@ class CudaMma(CudaBackend):
     mma_family = MmaFamily.MMA_SYNC
     mma_shape = (16, 16, 16)  # ldmatrix.x4 feeds B in pairs of n8 blocks
     allowed = {**_ONLY_DEFAULT, "swizzle": frozenset(Swizzle)}
+    dtypes = frozenset(DType)  # mma.sync m16n8k16 .bf16 (f32 accumulator) as well as .f16

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..elements import Element, element
 from ...ir import graph
 from ...ir.arch import SMEM_ROW_PAD_HALFS
-from ...ir.program import Layout, Padding, Problem, Program, RasterOrder, Swizzle
+from ...ir.program import (
+    Layout, Padding, Problem, Program, RasterOrder, Swizzle, lowered_name,
+)
 
 VEC_HALFS = 8  # one 16-byte cp.async moves 8 halves
 
@@ -41,6 +44,7 @@ class CudaContext:
     split_k: int
     atomic_reduce: bool
     predicate: bool     # ragged edges masked in the kernel (else operands padded by the launcher)
+    el: Element         # the operand dtype's types and conversions (backends.elements)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,7 +56,7 @@ def make_context(program: Program, problem: Problem, path: str, unit_threads: in
     b_rows, b_cols = (t.bk, t.bn) if problem.layout == Layout.NN else (t.bn, t.bk)
     g = graph.build(program, unit_threads, problem.layout, problem.acc)
     return CudaContext(
-        kernel_name=program.name,
+        kernel_name=lowered_name(program, problem),
         program_text=str(program),
         path=path,
         arch=program.arch.value,
@@ -73,4 +77,5 @@ def make_context(program: Program, problem: Problem, path: str, unit_threads: in
         split_k=program.split_k.slices,
         atomic_reduce=program.split_k.reduction.value == "atomic",
         predicate=program.padding == Padding.PREDICATE,
+        el=element(problem.dtype),
     )

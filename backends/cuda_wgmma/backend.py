@@ -104,8 +104,8 @@ from ..templating import fingerprint, render
 from ...compiler import nvcc
 from ...ir.arch import MmaFamily
 from ...ir.program import (
-    MAX_STAGES, TILE_EXTRAS, Arch, Epilogue, L2Hint, Layout, Padding, Problem, Program,
-    Reduction, Schedule, WarpSpec,
+    MAX_STAGES, TILE_EXTRAS, Arch, DType, Epilogue, L2Hint, Layout, Padding, Problem, Program,
+    Reduction, Schedule, WarpSpec, lowered_name,
 )
 
 # GEMMFORGE_CUDA_WGMMA_TEMPLATES: render from another folder of these templates (a template
@@ -134,6 +134,7 @@ class CudaWgmma(CudaBackend):
     # swap_ab, N for layout nt) any of them, on the 64-row side multiples of 64 (192 = 3 x m64)
     tile_extras = TILE_EXTRAS
     max_stages = MAX_STAGES   # the ring's depth is bounded by shared memory (reason())
+    dtypes = frozenset(DType)  # wgmma .f16 and .bf16 (bf16 with an f32 accumulator)
     reductions = frozenset(Reduction)
     fusions = frozenset({"bias"})  # added to the accumulators before every kind of store
     allowed = {
@@ -162,8 +163,8 @@ class CudaWgmma(CudaBackend):
         ctx.update(gencode=" ".join(nvcc.gencode(program.arch)),
                    selftest_m=m, selftest_n=n, selftest_k=k)
         text = render(TEMPLATES, "gemm.cu.jinja", ctx)
-        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
-                      f"{program.name}.cu")
+        name = f"{lowered_name(program, problem)}.cu"
+        return Source(program, problem, "cuda", {name: text}, name)
 
     def fingerprint(self) -> str:
         return fingerprint(str(TEMPLATES))

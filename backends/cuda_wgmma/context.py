@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from ..elements import Element, element
 from ...ir.arch import HALF_BYTES, LIMITS, WARPGROUP_THREADS
 from ...ir.program import (
     Accum, Arch, Cluster, Epilogue, L2Hint, Layout, Padding, Problem, Program, RasterOrder,
-    Reduction, Schedule, Swizzle, Tile, WarpSpec, Warps,
+    Reduction, Schedule, Swizzle, Tile, WarpSpec, Warps, lowered_name,
 )
 
 WGMMA_M, WGMMA_K, WGMMA_N_MAX, WGMMA_N_STEP = 64, 16, 256, 8
@@ -122,6 +123,7 @@ class WgmmaContext:
     bias: bool               # fused bias add before C's rounding (gemmforge_launch_bias)
     predicate: bool
     mma_op: dict             # name and operand numbers of the wgmma wrapper (ptx/wgmma.jinja)
+    el: Element              # the operand dtype's types and conversions (backends.elements)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -147,7 +149,7 @@ def kernel_problem(program: Program, problem: Problem) -> Problem:
     """The problem the kernel computes: C^T (n x m, the operands' roles swapped) with swap_ab."""
     if not program.swap_ab:
         return problem
-    return Problem(problem.n, problem.m, problem.k, problem.layout, problem.acc)
+    return replace(problem, m=problem.n, n=problem.m)
 
 
 def geometry(program: Program, layout: Layout) -> dict:
@@ -326,10 +328,11 @@ def _alignment_reason(program: Program, problem: Problem | None) -> str | None:
     return None
 
 
-def _wgmma_operands(n: int, acc: Accum, tnsp_b: int) -> dict:
+def _wgmma_operands(n: int, acc: Accum, tnsp_b: int, el: Element) -> dict:
     regs = acc_regs(n, acc)
-    return {"name": f"wgmma_m64n{n}k16_{acc.value}", "n": n, "acc": acc.value, "regs": regs,
-            "desc_a": regs, "desc_b": regs + 1, "scale_d": regs + 2, "tnsp_b": tnsp_b}
+    return {"name": f"wgmma_m64n{n}k16_{acc.value}", "n": n, "acc": acc.value, "ab": el.name,
+            "regs": regs, "desc_a": regs, "desc_b": regs + 1, "scale_d": regs + 2,
+            "tnsp_b": tnsp_b}
 
 
 def make_context(program: Program, problem: Problem) -> WgmmaContext:
@@ -343,7 +346,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
     a_hi = _desc_hi(DESC_UNIT, SWIZZLE_ATOM_BYTES)
     b_hi = a_hi if g["nt"] else _desc_hi(g["b_box_bytes"], SWIZZLE_ATOM_BYTES)
     return WgmmaContext(
-        kernel_name=program.name, program_text=str(program),
+        kernel_name=lowered_name(program, problem), program_text=str(program),
         layout=problem.layout.value, acc=problem.acc.value,
         bm=t.bm, bn=t.bn, bk=t.bk, stages=program.stages,
         consumers=g["consumers"], wn=w.wn, wg_m=g["wg_m"], wg_n=g["wg_n"],
@@ -374,5 +377,6 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
         pdl=program.pdl,
         bias=program.bias,
         predicate=program.padding == Padding.PREDICATE,
-        mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b),
+        mma_op=_wgmma_operands(g["wg_n"], problem.acc, tnsp_b, element(problem.dtype)),
+        el=element(problem.dtype),
     )

@@ -26,7 +26,7 @@ from .kernels import RASTERS
 from ..templating import fingerprint, render
 from ...compiler import nvcc
 from ...ir.arch import MmaFamily
-from ...ir.program import Arch, Problem, Program, Swizzle
+from ...ir.program import Arch, DType, Problem, Program, Swizzle, lowered_name
 
 TEMPLATES = Path(__file__).with_name("templates")
 # CuTe's constexpr helpers are called from device code; the other flags match compile_cuda's.
@@ -52,6 +52,7 @@ class CuteCpp(Backend):
         "swizzle": frozenset({Swizzle.NONE}),  # CUTLASS picks its own swizzled smem layouts
         "raster": RASTERS,                     # swizzle sizes 1, 2, 4, 8
     }
+    dtypes = frozenset(DType)  # cutlass::bfloat16_t in both families (f32 accumulator)
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         return legality.check(program, problem)
@@ -68,8 +69,9 @@ class CuteCpp(Backend):
         flags = " ".join((*COMMENT_FLAGS, *nvcc.gencode(program.arch)))
         ctx = make_context(program, problem, cutlass.version(), flags, selftest)
         text = render(TEMPLATES, "gemm.cu.jinja", ctx)
-        return Source(program, problem, "cuda", {f"{program.name}.cu": text},
-                      f"{program.name}.cu", meta={"cutlass_version": ctx["cutlass_version"]})
+        name = f"{lowered_name(program, problem)}.cu"
+        return Source(program, problem, "cuda", {name: text}, name,
+                      meta={"cutlass_version": ctx["cutlass_version"]})
 
     def unavailable(self) -> str | None:
         return cutlass.missing_reason()
@@ -86,7 +88,7 @@ class CuteCpp(Backend):
         nvcc.compile_cuda(src, lib, flags)
         return Artifact(key="", kind="cuda_so", path=lib, program_text=str(source.program),
                         layout=source.problem.layout, acc=source.problem.acc,
-                        meta={"symbol": "gemmforge_launch",
+                        dtype=source.problem.dtype, meta={"symbol": "gemmforge_launch",
                               "workspace_symbol": "gemmforge_workspace_bytes"})
 
     def nvcc_flags(self, program: Program) -> list[str]:

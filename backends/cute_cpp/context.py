@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..elements import Element, element
 from .kernels import (
     ALIGNMENT_HALFS, DATA_PARALLEL_CTAS, SM80_SWIZZLE, SM80_UNIT_WARPS, SM90_KERNELS,
     SM90_RASTER_ORDER, SM90_REDUCTION, SM90_SMEM_BYTES, sm90_decomposition, sm90_tile_scheduler,
     sm90_tile, sm90_transposed,
 )
-from ...ir.program import Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule
+from ...ir.program import (
+    Accum, Arch, Layout, Padding, Problem, Program, RasterOrder, Schedule, lowered_name,
+)
 
 SELFTEST_DEFAULT = (1000, 4096, 336)  # the self-test's shape when main() gets no arguments
 # CUTLASS's layout tag for a row-major operand (True) or a column-major one (False)
@@ -40,6 +43,7 @@ class CommonContext:
     selftest_m: int
     selftest_n: int
     selftest_k: int
+    el: Element               # the operand dtype's types and conversions (backends.elements)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def _common(p: Program, problem: Problem, version: str, flags: str,
     t = p.tile
     m, n, k = selftest
     return CommonContext(
-        kernel_name=p.name, program_text=str(p), arch=p.arch.value,
+        kernel_name=lowered_name(p, problem), program_text=str(p), arch=p.arch.value,
         family="sm90" if p.arch == Arch.SM90A else "sm80",
         cutlass_version=version, nvcc_flags=flags,
         layout=problem.layout.value, acc=problem.acc.value,
@@ -89,7 +93,7 @@ def _common(p: Program, problem: Problem, version: str, flags: str,
                   else "cutlass::layout::RowMajor"),
         bm=t.bm, bn=t.bn, bk=t.bk, stages=p.stages, alignment=ALIGNMENT_HALFS,
         pad_operands=p.padding == Padding.PAD_OPERANDS, split_k=p.split_k.slices,
-        selftest_m=m, selftest_n=n, selftest_k=k)
+        selftest_m=m, selftest_n=n, selftest_k=k, el=element(problem.dtype))
 
 
 def _sm90(p: Program, problem: Problem) -> Sm90Context:

@@ -20,7 +20,7 @@ from .plan import (
 )
 from ...ir.arch import LIMITS, MmaFamily
 from ...ir.program import (
-    DEFAULTS, Arch, Epilogue, Padding, Problem, Program, Reduction, Schedule, Swizzle,
+    DEFAULTS, Arch, DType, Epilogue, Padding, Problem, Program, Reduction, Schedule, Swizzle,
     WarpSpec,
 )
 
@@ -99,6 +99,7 @@ class TritonBackend(Backend):
     max_stages = 16
     reductions = frozenset(Reduction) - {Reduction.CLUSTER}
     fusions = frozenset({"bias"})
+    dtypes = frozenset(DType)  # tl.dot on tl.bfloat16 (f32 accumulator) as on tl.float16
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         if program.arch == Arch.SM90A:
@@ -137,7 +138,8 @@ class TritonBackend(Backend):
         path = out_dir / f"{program.name}.json"
         path.write_text(json.dumps(meta, indent=1, sort_keys=True))
         return Artifact(key="", kind="triton", path=path, program_text=str(program),
-                        layout=problem.layout, acc=problem.acc, meta=meta)
+                        layout=problem.layout, acc=problem.acc, meta=meta,
+                        dtype=problem.dtype)
 
     def fingerprint(self) -> str:
         return _fingerprint(toolchain.version())

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...ir.program import Accum, Epilogue, Layout, Problem, Program, RasterOrder, Reduction, Schedule
+from ..elements import Element, element
+from ...ir.program import (
+    Accum, Epilogue, Layout, Problem, Program, RasterOrder, Reduction, Schedule, lowered_name,
+)
 
 ELEMENTWISE_BLOCK = 1024   # elements per program of the split-K zero and reduce kernels
 ELEMENTWISE_WARPS = 4
@@ -152,13 +155,14 @@ def _descriptors(program: Program, layout: Layout) -> dict[str, dict]:
     return descs
 
 
-def _operand_types(program: Program, layout: Layout) -> dict[str, str]:
+def _operand_types(program: Program, layout: Layout, el: Element) -> dict[str, str]:
+    ptr = el.triton_ptr
     if not uses_tma(program):
-        return {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
-    types = {name: "tensordesc<fp16[{}, {}]>".format(*d["block"])
+        return {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr}
+    types = {name: "tensordesc<{}[{}, {}]>".format(ptr[1:], *d["block"])
              for name, d in _descriptors(program, layout).items()}
     if "c_desc" not in types:  # split-K: the reduce kernel writes C through a pointer
-        types["c_ptr"] = "*fp16"
+        types["c_ptr"] = ptr
     return types
 
 
@@ -167,48 +171,52 @@ def in_kernel(program: Program) -> bool:
     return program.split_k.slices > 1 and program.split_k.reduction == Reduction.INKERNEL
 
 
-def _gemm_kernel(program: Program, layout: Layout) -> KernelPlan:
+def _gemm_kernel(program: Program, problem: Problem) -> KernelPlan:
     t = program.tile
     counters = {"cnt_ptr": "*i32"} if in_kernel(program) else {}
-    bias = {"bias_ptr": "*fp16"} if program.bias else {}
-    signature = {**_operand_types(program, layout), "ws_ptr": "*fp32", **bias, **counters,
+    ptr = element(problem.dtype).triton_ptr
+    bias = {"bias_ptr": ptr} if program.bias else {}
+    signature = {**_operand_types(program, problem.layout, element(problem.dtype)),
+                 "ws_ptr": "*fp32", **bias, **counters,
                  "M": "i32", "N": "i32", "K": "i32", "NUM_PROGRAMS": "i32"}
     constexprs = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk,
                   "GROUP": program.raster.group, "SPLIT_K": program.split_k.slices}
     signature.update({name: "constexpr" for name in constexprs})
     grid = "persistent" if program.schedule == Schedule.PERSISTENT else "tiles"
-    return KernelPlan("gemm", program.name, signature, constexprs, program.warps.count,
-                      program.stages, grid, program.pdl)
+    return KernelPlan("gemm", lowered_name(program, problem), signature, constexprs,
+                      program.warps.count, program.stages, grid, program.pdl)
 
 
-def _elementwise_kernel(program: Program, role: str, slices: int) -> KernelPlan:
+def _elementwise_kernel(program: Program, problem: Problem, role: str,
+                        slices: int) -> KernelPlan:
     signature = {"ws_ptr": "*fp32"}
     constexprs = {"BLOCK": ELEMENTWISE_BLOCK}
     if role == "reduce":
-        signature["c_ptr"] = "*fp16"
+        ptr = element(problem.dtype).triton_ptr
+        signature["c_ptr"] = ptr
         if program.bias:  # the fused bias goes in with the sum; N finds each one's column
-            signature.update({"bias_ptr": "*fp16", "N": "i32"})
+            signature.update({"bias_ptr": ptr, "N": "i32"})
         constexprs = {"SLICES": slices, **constexprs}
     signature["NUMEL"] = "i64"
     signature.update({name: "constexpr" for name in constexprs})
-    return KernelPlan(role, f"{program.name}_{role}", signature, constexprs,
+    return KernelPlan(role, f"{lowered_name(program, problem)}_{role}", signature, constexprs,
                       ELEMENTWISE_WARPS, 1, "elements", program.pdl)
 
 
 def make_plan(program: Program, problem: Problem) -> LaunchPlan:
     """The launch plan of `program` for `problem`'s layout (assumes verify passed)."""
     split = program.split_k
-    gemm = _gemm_kernel(program, problem.layout)
+    gemm = _gemm_kernel(program, problem)
     if split.slices == 1:
         kernels, slices = (gemm,), 0
     elif in_kernel(program):
         kernels, slices = (gemm,), split.slices
     elif split.reduction == Reduction.ATOMIC:
-        kernels = (_elementwise_kernel(program, "zero", 1), gemm,
-                   _elementwise_kernel(program, "reduce", 1))
+        kernels = (_elementwise_kernel(program, problem, "zero", 1), gemm,
+                   _elementwise_kernel(program, problem, "reduce", 1))
         slices = 1
     else:
-        kernels = (gemm, _elementwise_kernel(program, "reduce", split.slices))
+        kernels = (gemm, _elementwise_kernel(program, problem, "reduce", split.slices))
         slices = split.slices
     descs = _descriptors(program, problem.layout) if uses_tma(program) else {}
     t = program.tile
@@ -244,12 +252,13 @@ def template_context(program: Program, problem: Problem) -> dict:
     persistent = program.schedule == Schedule.PERSISTENT
     order = "columns" if program.raster.order == RasterOrder.COL else "rows"
     return {
-        "kernel_name": program.name,
+        "kernel_name": lowered_name(program, problem),
         "program_text": str(program),
         "layout": problem.layout.value,
         "acc": problem.acc.value,
         "b_shape": "N x K" if nt else "K x N",
         "acc_dtype": "tl.float32" if problem.acc == Accum.F32 else "tl.float16",
+        "el": element(problem.dtype).as_dict(),
         "tma": tma,
         "layout_nt": nt,
         "split": split,

@@ -48,7 +48,7 @@ from .plan import (
 )
 from .launcher import raw_launcher
 from ...compiler.knobs import knobs
-from ...compiler.runtime import Kernel, loader
+from ...compiler.runtime import TORCH_DTYPES, Kernel, loader
 from ...ir.arch import HALF_BYTES
 
 PREPARED_SHAPES = 64   # problem sizes whose launch preparation a kernel keeps
@@ -61,7 +61,7 @@ DESCRIPTOR_SLOTS = PER_CALL_ARGS[PER_CALL_ARGS.index("a_desc"):]  # after the ad
 
 
 class DevicePointer:
-    """A raw device address that looks enough like a fp16 tensor for TensorDescriptor."""
+    """A raw device address that looks enough like a tensor of `dtype` for TensorDescriptor."""
 
     __slots__ = ("ptr", "dtype")
 
@@ -136,7 +136,7 @@ class TritonKernel(Kernel):
         self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         self._capability, self._env = toolchain.capability_for(
             _arch_of(artifact), major * 10 + minor)
-        self._f16 = torch.float16
+        self._element = getattr(torch, TORCH_DTYPES[artifact.dtype])  # of A, B and C
         # the launch hooks' home where launches may skip the runner, else None. On by
         # default (the GPU tier passed with it on an H100, Triton 3.6);
         # GEMMFORGE_TRITON_DIRECT_LAUNCH=0 launches through the runner instead.
@@ -289,7 +289,7 @@ class TritonKernel(Kernel):
         ptr = addresses[base]
         desc = prepared.kept.get((name, ptr))
         if desc is None:
-            desc = make_descriptor(name, DevicePointer(ptr, self._f16), rows, cols, block)
+            desc = make_descriptor(name, DevicePointer(ptr, self._element), rows, cols, block)
             if len(prepared.kept) >= DESCRIPTORS_KEPT:
                 prepared.kept.pop(next(iter(prepared.kept)), None)
             prepared.kept[(name, ptr)] = desc

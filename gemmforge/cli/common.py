@@ -19,9 +19,9 @@ def parse_program(value: str, name: str = "--program") -> Program:
     return arguments.program(value, name)
 
 
-def parse_shape(value: str, layout: str, acc: str) -> Problem:
-    """Problem from --shape MxNxK with --layout and --acc (UsageError if malformed)."""
-    return arguments.problem(value, layout, acc)
+def parse_shape(value: str, layout: str, acc: str, dtype: str = "f16") -> Problem:
+    """Problem from --shape MxNxK with --layout, --acc and --dtype (UsageError if malformed)."""
+    return arguments.problem(value, layout, acc, dtype=dtype)
 
 
 def check_report_args(name: str, report_dir: str | None, option: str) -> None:
@@ -37,10 +37,11 @@ def check_report_args(name: str, report_dir: str | None, option: str) -> None:
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """--shape, --layout and --acc on parser `p`."""
+    """--shape, --layout, --acc and --dtype on parser `p`."""
     p.add_argument("--shape", required=required, help="MxNxK, e.g. 1000x4096x333")
     p.add_argument("--layout", default="nn", help="nn (B is KxN) or nt (B is NxK)")
-    p.add_argument("--acc", default="f32", help="accumulator: f32 or f16")
+    p.add_argument("--acc", default="f32", help="accumulator: f32 or f16 (f16 operands only)")
+    p.add_argument("--dtype", default="f16", help="operands and output: f16 or bf16")
 
 
 def storage_url(value: str | None) -> str:

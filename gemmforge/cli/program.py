@@ -1,7 +1,7 @@
 """`gemmforge emit`, `gemmforge verify` and `gemmforge schema`: commands on one program.
 
-    gemmforge emit --shape 1000x4096x333 --arch sm_80 [--program TEXT|JSON|@FILE] -o DIR [--compile]
-    gemmforge verify PROGRAM [--shape MxNxK]
+    gemmforge emit --shape 1000x4096x333 --arch sm_80 [--dtype bf16] [--program TEXT|JSON|@FILE] -o DIR [--compile]
+    gemmforge verify PROGRAM [--shape MxNxK] [--dtype bf16]
     gemmforge schema [--write]
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..ir.program import Arch
 def cmd_emit(args) -> int:
     from ..emit import build_selftest, choose_program, emit
     arguments.environment()
-    problem = parse_shape(args.shape, args.layout, args.acc)
+    problem = parse_shape(args.shape, args.layout, args.acc, args.dtype)
     arch = Arch.parse(args.arch, "--arch")
     given = None if args.program is None else parse_program(args.program)
     out_dir = arguments.output_folder(args.output)
@@ -41,7 +41,7 @@ def _device_class(value: str | None) -> str | None:
 def cmd_verify(args) -> int:
     from ..ir.verify import verify
     program = parse_program(args.program, "program")
-    problem = parse_shape(args.shape, args.layout, args.acc) if args.shape else None
+    problem = parse_shape(args.shape, args.layout, args.acc, args.dtype) if args.shape else None
     verify(program, problem)
     print(f"ok: {program}  ({program.name})")
     return 0

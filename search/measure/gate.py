@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from ...compiler.runtime import TORCH_DTYPES
+
 F32_TOLERANCE = 5e-3
 """Relative Frobenius error allowed with an fp32 accumulator. Rounding the fp32 result to
 the fp16 output alone costs about 2**-11 / sqrt(3) ~ 3e-4 relative (uniform rounding error
@@ -26,6 +28,17 @@ within half an ulp), so 5e-3 leaves room for any fp32 summation order and no mor
 
 FP16_UNIT_ROUNDOFF = 2.0 ** -11
 """Unit roundoff of fp16 (10 stored mantissa bits, round to nearest)."""
+
+BF16_UNIT_ROUNDOFF = 2.0 ** -8
+"""Unit roundoff of bf16 (7 stored mantissa bits, 8 of precision, round to nearest)."""
+
+BF16_TOLERANCE = 5 * BF16_UNIT_ROUNDOFF
+"""Relative Frobenius error allowed for bf16 operands and output (fp32 accumulator), about
+2e-2. Rounding the fp32 result to the bf16 output alone costs about u / sqrt(3) ~ 2.3e-3
+relative (u = 2**-8, as for fp16 above), some 4e-3 at most. The inputs are bf16 exactly and
+the reference multiplies the same values in fp32, so nothing else but fp32 summation order
+adds to it: 5u leaves room for that and no more (a dropped K step or a wrong tile edge
+costs far more than 2e-2)."""
 
 EXACT_K_LIMIT = 2048
 """fp16 represents every integer in [0, 2048] exactly (2049 is the first it can't)."""
@@ -38,14 +51,15 @@ class GateFailure(Exception):
 def tolerance(problem) -> float:
     """Largest relative Frobenius error the gate accepts for `problem` (an ir Problem).
 
-    f32 accumulate: F32_TOLERANCE. f16 accumulate: max(F32_TOLERANCE, 2 * u * sqrt(k)) with
+    f32 accumulate: F32_TOLERANCE (BF16_TOLERANCE for bf16 operands). f16 accumulate: max(F32_TOLERANCE, 2 * u * sqrt(k)) with
     u = 2**-11. Why: an fp16 accumulator rounds the running sum after each of the k
     multiply-adds, each rounding a relative error of at most u; with random normal inputs
     those errors have random signs and add up like a random walk, so the relative error of
     the final sum grows like u * sqrt(k) (not u * k, the worst case). The factor 2 is the
     margin for the walk's spread; at k = 4096 the bound is 0.0625."""
     if str(problem.acc) == "f32":
-        return F32_TOLERANCE
+        bf16 = str(getattr(problem, "dtype", "f16")) == "bf16"
+        return BF16_TOLERANCE if bf16 else F32_TOLERANCE
     return max(F32_TOLERANCE, 2.0 * FP16_UNIT_ROUNDOFF * math.sqrt(problem.k))
 
 
@@ -55,16 +69,21 @@ def operand_shapes(problem) -> tuple[tuple[int, int], tuple[int, int]]:
     return (problem.m, problem.k), b
 
 
+def element_dtype(problem):
+    """torch's dtype of `problem`'s operands and output (float16 or bfloat16)."""
+    import torch
+    return getattr(torch, TORCH_DTYPES[getattr(problem, "dtype", "f16")])
+
+
 def random_inputs(problem, *, device, seed: int, binary: bool = False):
-    """Fresh fp16 (a, b) for `problem` on `device`: standard normal, or uniform on {0, 1}."""
+    """Fresh (a, b) of the problem's dtype on `device`: standard normal, or uniform on {0, 1}."""
     import torch
     gen = torch.Generator(device=device).manual_seed(seed)
-    shapes = operand_shapes(problem)
+    shapes, dtype = operand_shapes(problem), element_dtype(problem)
     if binary:
-        return tuple(torch.randint(0, 2, s, generator=gen, device=device).half()
+        return tuple(torch.randint(0, 2, s, generator=gen, device=device).to(dtype)
                      for s in shapes)
-    return tuple(torch.randn(s, generator=gen, device=device, dtype=torch.float16)
-                 for s in shapes)
+    return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in shapes)
 
 
 def reference(a, b, layout) -> "object":
@@ -74,9 +93,10 @@ def reference(a, b, layout) -> "object":
 
 
 def check(out, ref, tol: float, *, exact: bool = False) -> float:
-    """Compare the fp16 output with the fp32 reference; return the relative Frobenius error.
-    Raise GateFailure when an element is not finite, when `exact` and any element differs
-    from ref rounded to fp16, or when the error exceeds `tol`."""
+    """Compare the output (fp16 or bf16) with the fp32 reference; return the relative
+    Frobenius error. Raise GateFailure when an element is not finite, when `exact` and any
+    element differs from ref rounded to the output's dtype (the fp32 sums of {0,1} inputs
+    are exact integers, so rounding them is too), or when the error exceeds `tol`."""
     import torch
     got = out.float()
     bad = (~torch.isfinite(got)).sum().item()
@@ -84,7 +104,7 @@ def check(out, ref, tol: float, *, exact: bool = False) -> float:
         raise GateFailure(f"{bad} of {got.numel()} outputs are NaN or infinite "
                           "(never written, or overflowed)")
     if exact:
-        want = ref.half().float()
+        want = ref.to(out.dtype).float()
         wrong = (got != want).nonzero()
         if len(wrong):
             r, c = wrong[0].tolist()
@@ -110,7 +130,8 @@ def run_once(launch: Callable, problem, *, device, seed: int, binary: bool = Fal
     relative error or raise GateFailure. `launch(a, b, out)` computes out = a @ b."""
     import torch
     a, b = random_inputs(problem, device=device, seed=seed, binary=binary)
-    out = torch.full((problem.m, problem.n), float("nan"), dtype=torch.float16, device=device)
+    out = torch.full((problem.m, problem.n), float("nan"), dtype=element_dtype(problem),
+                     device=device)
     launch(a, b, out)
     sync()
     ref = reference(a, b, problem.layout)

@@ -208,7 +208,11 @@ class MeasureRequest(_Record):
     @classmethod
     def make(cls, program, problem, settings: BenchSettings | None = None,
              seed: int = 0) -> "MeasureRequest":
-        """A request for an ir Program (or its text) and an ir Problem."""
+        """A request for an ir Program (or its text) and an ir Problem (f16 operands: the
+        timing worker's buffers and cuBLAS baselines are fp16; ValueError for another)."""
+        dtype = str(getattr(problem, "dtype", "f16"))
+        if dtype != "f16":
+            raise ValueError(f"dtype: measuring times f16 operands only; {problem} is {dtype}")
         text = str(program)
         key = program.key if hasattr(program, "key") else ""
         return cls(text, problem.m, problem.n, problem.k, str(problem.layout), str(problem.acc),
@@ -242,20 +246,23 @@ class ArtifactRecord(_Record):
     layout: str
     acc: str
     meta: dict = field(default_factory=dict)
+    dtype: str = "f16"
 
     @classmethod
     def from_artifact(cls, artifact) -> "ArtifactRecord":
         return cls(artifact.key, artifact.kind, str(artifact.path), artifact.program_text,
-                   str(artifact.layout), str(artifact.acc), dict(artifact.meta))
+                   str(artifact.layout), str(artifact.acc), dict(artifact.meta),
+                   str(artifact.dtype))
 
     def to_artifact(self):
         """The compiler.values.Artifact that backends.pipeline.load() takes."""
         from pathlib import Path
 
         from ...compiler.values import Artifact
-        from ...ir.program import Accum, Layout
+        from ...ir.program import Accum, DType, Layout
         return Artifact(self.key, self.kind, Path(self.path), self.program_text,
-                        Layout(self.layout), Accum(self.acc), dict(self.meta))
+                        Layout(self.layout), Accum(self.acc), dict(self.meta),
+                        DType(self.dtype))
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,17 @@ A backend listed in PROGRAMS is checked with those programs (each keeps the feat
 tests covered: split-K, stream-K, clusters, epilogues, ...); any other registered backend
 with the heuristic policy's first program per arch it claims, so a new backend gets the
 whole suite by registering. SEPARATE names a backend checked elsewhere, and why.
+
+bf16 operands (a backend's `dtypes`): every backend that serves them is checked in bf16 too,
+with an fp32 accumulator (BF16_KINDS), on the same aligned and ragged shapes, with the
+programs of BF16_PROGRAMS (one per feature its f16 list covers: the kernel and epilogue
+forms, each split-K reduction, stream-K, clusters, swap_ab, padded operands), or the first
+of its f16 programs per arch where it has none there.
 """
 from __future__ import annotations
 
 KINDS = [("nn", "f32"), ("nt", "f32"), ("nn", "f16"), ("nt", "f16")]
+BF16_KINDS = [("nn", "f32"), ("nt", "f32")]  # bf16 accumulates in f32 only
 ALIGNED = [(64, 64, 64), (256, 256, 256), (1000, 4096, 336), (4096, 64, 8192)]
 RAGGED = [(1, 1, 1), (17, 33, 65), (1000, 4096, 333), (129, 255, 1000)]
 BINARY = (200, 136, 520)  # {0,1} inputs, k <= 2048: every partial sum is exact in fp16
@@ -148,6 +155,32 @@ PROGRAMS: dict[str, list[str]] = {}
 for _text in (*CUDA, *CUDA_WGMMA, *CUTE_CPP, *TRITON):
     PROGRAMS.setdefault(_text.split()[0], []).append(_text)
 
+BF16 = [
+    "cuda_mma sm_80 128x128x32 w2x2 s4 sw128 row/8 pred k1 dp c1x1 nows direct",
+    "cuda_mma sm_80 64x64x64 w2x2 s3 swpad row/4 padop k4 dp c1x1 nows direct",
+    "cuda_mma sm_80 32x32x32 w1x1 s2 swnone row/1 pred k3a dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x128x128 w1x1 s3 sw128 row/1 padop k2a dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k2 dp c2x2 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w1x4 s4 sw128 row/8 padop k1 dp c1x2 coop direct",
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s6 sw128 row/8 pred k1 streamk c1x1 pingpong tma",
+    "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct swap pdl",
+    "cuda_wgmma sm_90a 128x64x64 w2x1 s8 sw128 row/8 pred k2c dp c1x1 coop direct",
+    "cuda_wgmma sm_90a 64x192x64 w1x1 s6 sw128 row/8 pred k1 dp c1x1 coop direct l2first",
+    "cute_cpp sm_90a 128x256x64 w2x1 s3 swnone row/8 pred k1 persistent c2x1 coop tma",
+    "cute_cpp sm_90a 128x128x64 w2x1 s4 swnone row/2 padop k4 dp c1x1 coop direct",
+    "cute_cpp sm_80 256x128x32 w2x1 s3 swnone row/2 pred k1 dp c1x1 nows smem",
+    "triton sm_80 64x64x32 w2x2 s3 swnone row/8 pred k1 dp c1x1 nows direct",
+    "triton sm_80 128x64x32 w2x2 s4 swnone row/8 pred k3a persistent c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+    "triton sm_90a 128x64x64 w1x4 s4 swnone col/4 pred k4 dp c1x1 nows tma",
+]
+BF16_PROGRAMS: dict[str, list[str]] = {}
+for _text in BF16:
+    BF16_PROGRAMS.setdefault(_text.split()[0], []).append(_text)
+
 SEPARATE = {
     "cute_dsl": "tests/gpu/test_cute_dsl_gpu.py: its kernels are compiled per exact shape "
                 "ahead of time on a CPU machine (scripts/prebuild_cute_dsl.py), not here",
@@ -179,9 +212,25 @@ def bias_cases() -> list[tuple[str, tuple, str, str]]:
     return out
 
 
-def cases() -> list[tuple[str, tuple, str, str]]:
-    """(program text, shape, layout, acc) for every registered backend outside SEPARATE,
-    every program of it, shape of ALIGNED + RAGGED and kind of KINDS where ir.verify
+def bf16_programs_for(backend) -> list[str]:
+    """The program texts `backend` is checked with in bf16: none where it serves f16 only;
+    its BF16_PROGRAMS, else the first of programs_for() per arch."""
+    from gemmforge.ir import DType, parse
+    from gemmforge.ir.capabilities import serves_dtypes
+    if DType.BF16 not in serves_dtypes(backend):
+        return []
+    if backend.name in BF16_PROGRAMS:
+        return BF16_PROGRAMS[backend.name]
+    firsts = {}
+    for text in programs_for(backend):
+        firsts.setdefault(parse(text).arch, text)
+    return list(firsts.values())
+
+
+def cases() -> list[tuple[str, tuple, str, str, str]]:
+    """(program text, shape, layout, acc, dtype) for every registered backend outside
+    SEPARATE: f16 with every program of it and kind of KINDS, bf16 with its
+    bf16_programs_for() and kind of BF16_KINDS, shape of ALIGNED + RAGGED, where ir.verify
     accepts the program for that problem (a legal program must compute it right)."""
     from gemmforge.backends import registry
     from gemmforge.ir import Problem, check, parse
@@ -189,10 +238,12 @@ def cases() -> list[tuple[str, tuple, str, str]]:
     for backend in registry.all():
         if backend.name in SEPARATE:
             continue
-        for text in programs_for(backend):
-            program = parse(text)
-            for shape in (*ALIGNED, *RAGGED):
-                for layout, acc in KINDS:
-                    if check(program, Problem(*shape, layout, acc)) is None:
-                        out.append((text, shape, layout, acc))
+        for dtype, texts, kinds in (("f16", programs_for(backend), KINDS),
+                                    ("bf16", bf16_programs_for(backend), BF16_KINDS)):
+            for text in texts:
+                program = parse(text)
+                for shape in (*ALIGNED, *RAGGED):
+                    for layout, acc in kinds:
+                        if check(program, Problem(*shape, layout, acc, dtype)) is None:
+                            out.append((text, shape, layout, acc, dtype))
     return out

@@ -3,22 +3,29 @@ from gemmforge.ir import Problem
 from gemmforge.search.measure import gate
 
 
-def tolerance(k: int, acc: str) -> float:
+def tolerance(k: int, acc: str, dtype: str = "f16") -> float:
     """search.measure.gate's bound: f32 5e-3 (fp16 output rounding alone is ~5e-4); f16 each
-    running sum is rounded to fp16, ~sqrt(k) roundings of 2^-11, with a 2x margin."""
-    return gate.tolerance(Problem(1, 1, k, "nn", acc))
+    running sum is rounded to fp16, ~sqrt(k) roundings of 2^-11, with a 2x margin; bf16
+    (f32 accumulation) 5 units of bf16 roundoff, ~2e-2 (its output rounding alone ~4e-3)."""
+    return gate.tolerance(Problem(1, 1, k, "nn", acc, dtype))
 
 
-def operands(m, n, k, layout, binary=False):
-    """Fresh a (m x k) and b (k x n) on the GPU, and b as the layout passes it (nt: n x k).
-    `binary`: {0,1} values, for exact checks."""
+def torch_dtype(dtype: str = "f16"):
     import torch
+    return {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+
+
+def operands(m, n, k, layout, binary=False, dtype="f16"):
+    """Fresh a (m x k) and b (k x n) of `dtype` on the GPU, and b as the layout passes it
+    (nt: n x k). `binary`: {0,1} values, for exact checks."""
+    import torch
+    t = torch_dtype(dtype)
     if binary:
-        a = torch.randint(0, 2, (m, k), device="cuda").half()
-        b = torch.randint(0, 2, (k, n), device="cuda").half()
+        a = torch.randint(0, 2, (m, k), device="cuda").to(t)
+        b = torch.randint(0, 2, (k, n), device="cuda").to(t)
     else:
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        a = torch.randn(m, k, device="cuda", dtype=t)
+        b = torch.randn(k, n, device="cuda", dtype=t)
     return a, b, (b if layout == "nn" else b.t().contiguous())
 
 
@@ -32,16 +39,18 @@ BIAS_SCALE = 2.0  # the bias's spread: a bias added at the wrong column shows we
 # the tolerance (about 2 sqrt(2 / k) of C's norm, 0.044 at k = 4096)
 
 
-def assert_matches_reference(kernel, m, n, k, layout, acc, bias: bool = False) -> None:
-    """Run `kernel` on fresh operands into a NaN-filled output; every element written and
-    the relative error under the tolerance. `bias`: the kernel is a fused-bias program's,
-    called with a fresh random bias of n values that the reference adds too."""
+def assert_matches_reference(kernel, m, n, k, layout, acc, bias: bool = False,
+                             dtype: str = "f16") -> None:
+    """Run `kernel` on fresh operands of `dtype` into a NaN-filled output; every element
+    written and the relative error against fp32 under the tolerance. `bias`: the kernel is
+    a fused-bias program's, called with a fresh random bias of n values that the reference
+    adds too."""
     import torch
-    a, b, b_arg = operands(m, n, k, layout)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    a, b, b_arg = operands(m, n, k, layout, dtype=dtype)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(dtype))
     ref = a.float() @ b.float()
     if bias:
-        vector = (torch.randn(n, device="cuda") * BIAS_SCALE).half()
+        vector = (torch.randn(n, device="cuda") * BIAS_SCALE).to(torch_dtype(dtype))
         kernel(a, b_arg, out=out, bias=vector)
         ref += vector.float()
     else:
@@ -49,4 +58,4 @@ def assert_matches_reference(kernel, m, n, k, layout, acc, bias: bool = False) -
     torch.cuda.synchronize()
     assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
     err = relative_error(out, ref)
-    assert err < tolerance(k, acc), f"relative error {err:.2e}"
+    assert err < tolerance(k, acc, dtype), f"relative error {err:.2e}"
