@@ -65,7 +65,7 @@ def cmd_quick(args) -> int:
             print(f"note: {runner.device!r} has no device class: neighbours from the "
                   f"{cls} shipped rows; its results are recorded but serve no GPU")
         outcomes = quick_tune(runner, problems, database, command, backends=backends,
-                              seed=args.seed or 0)
+                              seed=args.seed or 0, only=backends if args.backends else None)
     finally:
         runner.close()
         if database is not None:

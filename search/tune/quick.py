@@ -39,17 +39,19 @@ STUDY = "quick"  # the tuned database's `study` column for quick-tuned rows
 def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
                          shipped: int = SHIPPED, per_backend: int = PER_BACKEND, *,
                          backends: tuple[str, ...] = QUICK_BACKENDS, shipped_path=None,
-                         max_distance: float = MAX_DISTANCE) -> list[Program]:
+                         max_distance: float = MAX_DISTANCE,
+                         only: tuple[str, ...] | None = None) -> list[Program]:
     """Distinct programs usable at `problem` (dispatch.choice.usable): the `shipped` nearest
-    shipped shapes' programs of `backends` for `device_class` (its own class before its
-    siblings at equal distance, then the higher measured speedup), nearest first; then the
-    heuristic's top `per_backend` of each of `backends` not already listed. With no class, or nothing
+    shipped shapes' programs for `device_class` (of the backends `only` names, None: any; its
+    own class before its siblings at equal distance, then the higher measured speedup),
+    nearest first; then the heuristic's top `per_backend` of each of `backends` not already
+    listed. With no class, or nothing
     shipped within `max_distance` octaves, the heuristic's alone."""
     out: list[Program] = []
     for program in _shipped_nearest(problem, arch, device_class, shipped_path, max_distance):
         if len(out) == shipped:
             break
-        if program not in out and program.backend in backends:
+        if program not in out and (only is None or program.backend in only):
             out.append(program)
     from ...policy.heuristic import HeuristicPolicy
     for backend in backends:
@@ -102,7 +104,8 @@ def lookup_class(runner, arch: Arch) -> tuple[str, bool]:
 def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                settings: BenchSettings = QUICK_BENCH, shipped: int = SHIPPED,
                per_backend: int = PER_BACKEND, backends: tuple[str, ...] = QUICK_BACKENDS,
-               shipped_path=None, seed: int = 0) -> list[QuickOutcome]:
+               shipped_path=None, seed: int = 0,
+               only: tuple[str, ...] | None = None) -> list[QuickOutcome]:
     """Quick-tune `problems` on `runner` (a GridRunner or ReplayGridRunner) for its preferred
     arch: each shape's neighbour_candidates and the program the resolver served before (the
     incumbent) timed as one group beside cuBLAS, the best ok
@@ -119,7 +122,7 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
         before = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
                          cublas="slower")
         programs = neighbour_candidates(p, arch, cls, shipped, per_backend, backends=backends,
-                                        shipped_path=shipped_path)
+                                        shipped_path=shipped_path, only=only)
         if not before.cublas and before.program not in programs:  # the incumbent competes
             programs.insert(0, before.program)
         outcomes[p] = QuickOutcome(p, [str(x) for x in programs], before=before.provenance)
