@@ -24,6 +24,7 @@ from ...dispatch.choice import MAX_DISTANCE, distance, resolve, usable
 from ...dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
 from ..measure.records import BenchSettings, Result
 from ..measure.selection import selection_ratio
+from ..measure.shapes import shape_class
 
 QUICK_BACKENDS = ("cuda_wgmma", "triton")
 """The heuristic's backends for the quick tune: the two that won the grid campaign."""
@@ -33,6 +34,11 @@ QUICK_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "after"), round
 """The group's timing: the campaign's confirmation settings (search.campaign.campaign.CONFIRM_BENCH),
 so a quick-tuned entry carries the same figures as a confirmed one and is picked the same way
 (search.measure.selection.selection_ratio)."""
+QUICK_LARGE_BENCH = BenchSettings(protocols=("kernel", "cold", "call", "sustained"), rounds=10,
+                                  sustained_s=0.5)
+"""The large class's group (2mnk >= 1e11): timed under sustained load, as a campaign's
+confirmation picks there (selection_ratio: sustained); after another kernel a large program's
+lead read back to back did not hold in a model's forward (benchmarks/NOTES.md)."""
 STUDY = "quick"  # the tuned database's `study` column for quick-tuned rows
 
 
@@ -108,9 +114,10 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                only: tuple[str, ...] | None = None) -> list[QuickOutcome]:
     """Quick-tune `problems` on `runner` (a GridRunner or ReplayGridRunner) for its preferred
     arch: each shape's neighbour_candidates and the program the resolver served before (the
-    incumbent) timed as one group beside cuBLAS, the best ok
+    incumbent) and the tuned database's entry timed as one group beside cuBLAS, the best ok
     recorded in `database` (search.tune.database.TunedDatabase) under
-    runner.device with `command` and study "quick" (kept only if it beats the stored row); best
+    runner.device with `command` and study "quick" (replacing the stored entry, which
+    competed in the group); best
     as a campaign's confirmation picks (search.measure.selection.selection_ratio: after another kernel
     where measured).
     Returns one QuickOutcome per problem, in order."""
@@ -123,8 +130,11 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                          cublas="slower")
         programs = neighbour_candidates(p, arch, cls, shipped, per_backend, backends=backends,
                                         shipped_path=shipped_path, only=only)
-        if not before.cublas and before.program not in programs:  # the incumbent competes
-            programs.insert(0, before.program)
+        stored = database.best(runner.device, p)  # it competes too: the winner replaces it
+        for incumbent in ([] if before.cublas else [before.program]) + (
+                [stored.program] if stored is not None else []):
+            if incumbent not in programs:
+                programs.insert(0, incumbent)
         outcomes[p] = QuickOutcome(p, [str(x) for x in programs], before=before.provenance)
 
     def on_group(problem: Problem, results: list[Result]) -> None:
@@ -134,9 +144,12 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
         outcome.best = max(ok, key=lambda r: selection_ratio(problem, r)) if ok else None
         if outcome.best is not None:
             outcome.recorded = database.record(runner.device, problem, outcome.best, command,
-                                               study=STUDY)
+                                               study=STUDY, replace=True)
     groups = [(p, o.candidates) for p, o in outcomes.items() if o.candidates]
-    runner.measure_groups(groups, settings, on_group, seed=seed)
+    large = [g for g in groups if shape_class(g[0]) == "large"]
+    runner.measure_groups([g for g in groups if g not in large], settings, on_group, seed=seed)
+    if large:  # under the power cap back-to-back figures read high: picked under sustained load
+        runner.measure_groups(large, QUICK_LARGE_BENCH, on_group, seed=seed)
     for p, o in outcomes.items():
         o.after = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
                           cublas="slower").provenance
