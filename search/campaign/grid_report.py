@@ -32,6 +32,7 @@ over torch.matmul; our kernel ratio has no published counterpart.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import statistics
 import zlib
@@ -45,14 +46,14 @@ from ..measure.shapes import shape_class
 from ..measure.records import Result
 from ..measure.report import decade_exponent, write_csv
 
-CUDA_L2 = Path(__file__).parents[1] / "data" / "cuda_l2_h100.csv"
+CUDA_L2 = Path(__file__).parents[1] / "data" / "cuda_l2_h100.csv.gz"
 L2_COLUMNS = ("offline_vs_cublas", "offline_vs_torch", "server_vs_cublas", "server_vs_torch")
 
 
 @lru_cache(maxsize=1)
 def cuda_l2() -> dict[tuple[int, int, int], dict[str, float]]:
-    """CUDA-L2's published H100 ratios by (m, n, k) (search/data/cuda_l2_h100.csv)."""
-    with CUDA_L2.open(newline="") as f:
+    """CUDA-L2's published H100 ratios by (m, n, k) (search/data/cuda_l2_h100.csv.gz)."""
+    with gzip.open(CUDA_L2, "rt", newline="") as f:
         rows = csv.DictReader(line for line in f if not line.startswith("#"))
         return {(int(r["m"]), int(r["n"]), int(r["k"])): {c: float(r[c]) for c in L2_COLUMNS}
                 for r in rows}

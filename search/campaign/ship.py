@@ -26,6 +26,7 @@ whole and renamed into place.
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import math
 import statistics
@@ -114,7 +115,8 @@ def read_readings(paths: list[Path], want_class: str | None,
     readings: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     refused: Counter = Counter()
     for path in paths:
-        with Path(path).open(newline="") as f:
+        opener = gzip.open if str(path).endswith(".gz") else open  # results kept gzipped
+        with opener(path, "rt", newline="") as f:
             for row in csv.DictReader(f):
                 why = refusal(row, want_class, shape_classes, shapes, rank_by)
                 if why:

@@ -12,7 +12,7 @@ Answers, per program, in order:
      chip. Its device says "synthetic" and its flags carry SYNTHETIC_FLAG: it is a test
      fixture with the shape of the real landscape (tile quantization, waves, split-K, stages,
      swizzle), not a measurement. cuBLAS's time is the recorded H200 grid figure where the
-     shape is on the grid (search/data/cublas_h200_grid.csv), else a synthetic one too;
+     shape is on the grid (search/data/cublas_h200_grid.csv.gz), else a synthetic one too;
      with `synthetic=False`: a `runtime` failure saying the result was not recorded.
 
 Record files: a CSV written by search.measure.report.write_csv, or JSON lines of Result.to_dict().
@@ -20,6 +20,7 @@ Record files: a CSV written by search.measure.report.write_csv, or JSON lines of
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import json
 import math
@@ -34,7 +35,7 @@ from ...ir.program import Arch, Problem, Program
 from .records import Result
 
 DATA = Path(__file__).parents[1] / "data"
-CUBLAS_GRID = DATA / "cublas_h200_grid.csv"
+CUBLAS_GRID = DATA / "cublas_h200_grid.csv.gz"
 SYNTHETIC_FLAG = "synthetic: roofline model of an H200-like chip, not a measurement"
 SYNTHETIC_DEVICE = "synthetic H200 model"
 
@@ -150,7 +151,7 @@ def synthetic_kernel_us(program: Program, problem: Problem) -> float:
 def _cublas_grid() -> dict[tuple[int, int, int], float]:
     if not CUBLAS_GRID.exists():
         return {}
-    with CUBLAS_GRID.open(newline="") as f:
+    with gzip.open(CUBLAS_GRID, "rt", newline="") as f:
         return {(int(r["m"]), int(r["n"]), int(r["k"])):
                 min(float(r["nn_kernel_us"]), float(r["tn_kernel_us"])) for r in csv.DictReader(f)}
 
