@@ -85,6 +85,53 @@ def test_matches_fp32_reference(cache, case):
     assert_matches_reference(kernel, *shape, layout, acc, dtype=dtype)
 
 
+@pytest.mark.parametrize("case", BIAS_CASES, ids=[_id(c) for c in BIAS_CASES])
+def test_bias_matches_fp32_reference(cache, case):
+    text, shape, layout, acc = case
+    _runnable(text)
+    problem = Problem(*shape, layout, acc)
+    kernel = pipeline.compile_and_load(parse(text), problem, cache=cache)
+    assert_matches_reference(kernel, *shape, layout, acc, bias=True)
+
+
+def test_bias_library_keeps_the_plain_entry(cache):
+    """A cuda_wgmma bias program's .so: gemmforge_launch computes C = A @ B (no bias), and
+    the op reaches gemmforge_launch_bias at the address torch_op.launch_address gives."""
+    import torch
+    from gemmforge.torch_op import launch_address
+    text, shape, layout, acc = next(c for c in BIAS_CASES if c[0].startswith("cuda_wgmma")
+                                    and c[1] == (256, 256, 256))
+    _runnable(text)
+    kernel = pipeline.compile_and_load(parse(text), Problem(*shape, layout, acc), cache=cache)
+    assert launch_address(kernel, "_launch_bias") not in (None, launch_address(kernel))
+    a, b, b_arg = operands(*shape, layout)
+    out = torch.full(shape[:2], float("nan"), device="cuda", dtype=torch.float16)
+    need = kernel.workspace_bytes(*shape)
+    ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
+    kernel.launch(a.data_ptr(), b_arg.data_ptr(), out.data_ptr(), *shape, ws.data_ptr(), need,
+                  torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert relative_error(out, a.float() @ b.float()) < tolerance(shape[2], acc)
+
+
+@pytest.mark.parametrize("backend", ["cuda_wgmma", "triton"])
+@pytest.mark.parametrize("shape", [(256, 256, 256), (17, 33, 65)])
+def test_bias_at_a_2_byte_offset(cache, backend, shape):
+    """A bias view one element into its storage (2-byte aligned only; cuda_wgmma takes the
+    scalar loads, Triton is promised no alignment for it): the same answer."""
+    import torch
+    text = next(c[0] for c in BIAS_CASES if c[0].startswith(backend)
+                and check(parse(c[0]), Problem(*shape, "nt", "f32")) is None)
+    _runnable(text)
+    m, n, k = shape
+    kernel = pipeline.compile_and_load(parse(text), Problem(m, n, k, "nt", "f32"), cache=cache)
+    a, b, b_arg = operands(m, n, k, "nt")
+    bias = torch.randn(n + 1, device="cuda").half()[1:]
+    out = kernel(a, b_arg, bias=bias)
+    torch.cuda.synchronize()
+    assert relative_error(out, a.float() @ b.float() + bias.float()) < tolerance(k, "f32")
+
+
 def _binary_cases() -> list[tuple[str, str, str]]:
     from gemmforge.backends import registry
     from .conformance import SEPARATE
