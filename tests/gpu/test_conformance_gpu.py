@@ -27,7 +27,8 @@ from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, check, parse
 
 from .conformance import (
-    BF16_KINDS, BINARY, KINDS, bf16_programs_for, bias_cases, cases, programs_for,
+    BF16_BIAS, BF16_KINDS, BINARY, KINDS, bf16_bias_cases, bf16_programs_for, bias_cases, cases,
+    programs_for,
 )
 from .correctness import assert_matches_reference, operands, relative_error, tolerance
 
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = cases()
 BIAS_CASES = bias_cases()
+BF16_BIAS_CASES = bf16_bias_cases()
 
 
 def _full(case) -> tuple:
@@ -132,6 +134,16 @@ def test_bias_at_a_2_byte_offset(cache, backend, shape):
     assert relative_error(out, a.float() @ b.float() + bias.float()) < tolerance(k, "f32")
 
 
+@pytest.mark.parametrize("case", BF16_BIAS_CASES, ids=[_id(c) for c in BF16_BIAS_CASES])
+def test_bf16_bias_matches_fp32_reference(cache, case):
+    """A bf16 bias twin: a bf16 bias of n values, added in fp32 before C is rounded."""
+    text, shape, layout, acc, dtype = case
+    _runnable(text)
+    kernel = pipeline.compile_and_load(parse(text), Problem(*shape, layout, acc, dtype),
+                                       cache=cache)
+    assert_matches_reference(kernel, *shape, layout, acc, bias=True, dtype=dtype)
+
+
 def _binary_cases() -> list[tuple[str, str, str]]:
     from gemmforge.backends import registry
     from .conformance import SEPARATE
@@ -169,3 +181,5 @@ def test_every_backend_is_checked():
                     if bf16_programs_for(be) and be.name not in SEPARATE}
     assert {(layout, acc) for _, _, layout, acc, dtype in CASES if dtype == "bf16"} == set(
         BF16_KINDS)
+    assert ({parse(c[0]).replace(bias=False) for c in BF16_BIAS_CASES}
+            == {parse(t) for t in BF16_BIAS})  # every one of BF16_BIAS has cases
