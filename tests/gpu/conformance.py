@@ -212,6 +212,30 @@ def bias_cases() -> list[tuple[str, tuple, str, str]]:
     return out
 
 
+BF16_BIAS = [  # of BIAS: each way the bias reaches C (direct, TMA store, reduce, swapped)
+    "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 padop k1 dp c1x1 nows direct",
+    "cuda_wgmma sm_90a 128x256x64 w2x1 s4 sw128 row/8 pred k1 persistent c1x1 coop tma",
+    "cuda_wgmma sm_90a 128x128x64 w2x1 s5 sw128 col/4 padop k3 persistent c1x1 coop direct",
+    "cuda_wgmma sm_90a 16x64x256 w1x1 s5 sw128 row/8 pred k1 dp c1x1 coop direct swap pdl",
+    "triton sm_80 64x64x64 w2x2 s3 swnone col/4 pred k4 dp c1x1 nows direct",
+    "triton sm_90a 128x128x64 w2x2 s3 swnone row/8 pred k1 persistent c1x1 nows tma",
+]
+
+
+def bf16_bias_cases() -> list[tuple[str, tuple, str, str, str]]:
+    """(bias program text, shape, layout, acc, dtype): each of BF16_BIAS with the bias field
+    set, in bf16, on BIAS_SHAPES and BF16_KINDS where ir.verify accepts it."""
+    from gemmforge.ir import Problem, check, parse
+    out = []
+    for text in BF16_BIAS:
+        program = parse(text).replace(bias=True)
+        for shape in BIAS_SHAPES:
+            for layout, acc in BF16_KINDS:
+                if check(program, Problem(*shape, layout, acc, "bf16")) is None:
+                    out.append((str(program), shape, layout, acc, "bf16"))
+    return out
+
+
 def bf16_programs_for(backend) -> list[str]:
     """The program texts `backend` is checked with in bf16: none where it serves f16 only;
     its BF16_PROGRAMS, else the first of programs_for() per arch."""

@@ -27,7 +27,8 @@ from gemmforge.compiler.artifacts import ArtifactCache
 from gemmforge.ir import Problem, check, parse
 
 from .conformance import (
-    BF16_KINDS, BINARY, KINDS, bf16_programs_for, bias_cases, cases, programs_for,
+    BF16_BIAS, BF16_KINDS, BINARY, KINDS, bf16_bias_cases, bf16_programs_for, bias_cases, cases,
+    programs_for,
 )
 from .correctness import assert_matches_reference, operands, relative_error, tolerance
 
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = cases()
 BIAS_CASES = bias_cases()
+BF16_BIAS_CASES = bf16_bias_cases()
 
 
 def _full(case) -> tuple:
@@ -85,6 +87,63 @@ def test_matches_fp32_reference(cache, case):
     assert_matches_reference(kernel, *shape, layout, acc, dtype=dtype)
 
 
+@pytest.mark.parametrize("case", BIAS_CASES, ids=[_id(c) for c in BIAS_CASES])
+def test_bias_matches_fp32_reference(cache, case):
+    text, shape, layout, acc = case
+    _runnable(text)
+    problem = Problem(*shape, layout, acc)
+    kernel = pipeline.compile_and_load(parse(text), problem, cache=cache)
+    assert_matches_reference(kernel, *shape, layout, acc, bias=True)
+
+
+def test_bias_library_keeps_the_plain_entry(cache):
+    """A cuda_wgmma bias program's .so: gemmforge_launch computes C = A @ B (no bias), and
+    the op reaches gemmforge_launch_bias at the address torch_op.launch_address gives."""
+    import torch
+    from gemmforge.torch_op import launch_address
+    text, shape, layout, acc = next(c for c in BIAS_CASES if c[0].startswith("cuda_wgmma")
+                                    and c[1] == (256, 256, 256))
+    _runnable(text)
+    kernel = pipeline.compile_and_load(parse(text), Problem(*shape, layout, acc), cache=cache)
+    assert launch_address(kernel, "_launch_bias") not in (None, launch_address(kernel))
+    a, b, b_arg = operands(*shape, layout)
+    out = torch.full(shape[:2], float("nan"), device="cuda", dtype=torch.float16)
+    need = kernel.workspace_bytes(*shape)
+    ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
+    kernel.launch(a.data_ptr(), b_arg.data_ptr(), out.data_ptr(), *shape, ws.data_ptr(), need,
+                  torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert relative_error(out, a.float() @ b.float()) < tolerance(shape[2], acc)
+
+
+@pytest.mark.parametrize("backend", ["cuda_wgmma", "triton"])
+@pytest.mark.parametrize("shape", [(256, 256, 256), (17, 33, 65)])
+def test_bias_at_a_2_byte_offset(cache, backend, shape):
+    """A bias view one element into its storage (2-byte aligned only; cuda_wgmma takes the
+    scalar loads, Triton is promised no alignment for it): the same answer."""
+    import torch
+    text = next(c[0] for c in BIAS_CASES if c[0].startswith(backend)
+                and check(parse(c[0]), Problem(*shape, "nt", "f32")) is None)
+    _runnable(text)
+    m, n, k = shape
+    kernel = pipeline.compile_and_load(parse(text), Problem(m, n, k, "nt", "f32"), cache=cache)
+    a, b, b_arg = operands(m, n, k, "nt")
+    bias = torch.randn(n + 1, device="cuda").half()[1:]
+    out = kernel(a, b_arg, bias=bias)
+    torch.cuda.synchronize()
+    assert relative_error(out, a.float() @ b.float() + bias.float()) < tolerance(k, "f32")
+
+
+@pytest.mark.parametrize("case", BF16_BIAS_CASES, ids=[_id(c) for c in BF16_BIAS_CASES])
+def test_bf16_bias_matches_fp32_reference(cache, case):
+    """A bf16 bias twin: a bf16 bias of n values, added in fp32 before C is rounded."""
+    text, shape, layout, acc, dtype = case
+    _runnable(text)
+    kernel = pipeline.compile_and_load(parse(text), Problem(*shape, layout, acc, dtype),
+                                       cache=cache)
+    assert_matches_reference(kernel, *shape, layout, acc, bias=True, dtype=dtype)
+
+
 def _binary_cases() -> list[tuple[str, str, str]]:
     from gemmforge.backends import registry
     from .conformance import SEPARATE
@@ -122,3 +181,5 @@ def test_every_backend_is_checked():
                     if bf16_programs_for(be) and be.name not in SEPARATE}
     assert {(layout, acc) for _, _, layout, acc, dtype in CASES if dtype == "bf16"} == set(
         BF16_KINDS)
+    assert ({parse(c[0]).replace(bias=False) for c in BF16_BIAS_CASES}
+            == {parse(t) for t in BF16_BIAS})  # every one of BF16_BIAS has cases
