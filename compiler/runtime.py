@@ -11,7 +11,7 @@ imported lazily: building and emitting need no torch.
 The user path is host overhead on every call (held to torch.matmul's), so
 it reads each tensor attribute once, remembers the workspace size per problem size and
 device, keeps the workspace's address beside it, and asks torch for the current stream
-through the raw call it binds once; benchmarks/host_path_cpu.py times it on the CPU.
+through the raw call it binds once (benchmarks/NOTES.md, Host path).
 """
 from __future__ import annotations
 

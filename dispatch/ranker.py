@@ -12,9 +12,9 @@ class's SMs, the last wave's fill, tile and K padding, K steps per slice, slot w
 (dispatch.waves) over the ideal, bytes moved per multiply-add. It was trained on campaign
 portfolio readings (search.learn.ranker_train: every program of a shape timed in one group beside
 cuBLAS): for nn the grid's and those of 300 random layer-like shapes off it (ragged token
-counts and model widths, which the grid's powers of two never show;
-benchmarks/ragged_shapes.py), for nt the sample's, the LLM layers' and 150 such shapes; never
-on the shapes it is judged on off the grid.
+counts and model widths, which the grid's powers of two never show; benchmarks/NOTES.md,
+Off the grid: the resolver's rules), for nt the sample's, the LLM layers' and 150 such
+shapes; never on the shapes it is judged on off the grid.
 
 One model file per layout (a model is trained on one layout's store and refused at another's
 shapes): dispatch/data/ranker_h100.json.gz (nn) and ranker_h100_nt.json.gz (nt, x @ W.t()); a

@@ -31,7 +31,7 @@ from .ir.program import Accum, Arch, DType, Layout, Problem, Program
 
 OP_HOST_BOUND_FLOPS = 1e9
 """Below this (2mnk), a call is mostly host time: the Python path of a kernel without a C
-launch entry costs ~20 us more than the op's (benchmarks/README.md, op_call_gpu.py), more
+launch entry costs ~20 us more than the op's (benchmarks/NOTES.md, Host path), more
 than the ~5 % a Triton winner's kernel gains there, so the op runs the best program that
 has one instead."""
 _kernels: dict[tuple, Kernel] = {}

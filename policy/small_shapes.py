@@ -1,11 +1,11 @@
 """Tile rules for small and medium problems, from a backend's declared capabilities.
 
-Where cuBLAS wins below 1e11 FLOP (benchmarks/results/small_medium_h100.csv) it runs the token side (M) in tiles of 8 to
-64 rows on the MMA's narrow side, 64-wide weight tiles with deep rings, and split-K for
-long K over few tiles. `shapes(problem, backend)` gives those choices for any backend,
-read from its capabilities only (`allowed["swap_ab"]`, `tile_extras`, `reductions`,
-`max_stages`), never its name; policy.heuristic turns them into programs and keeps the
-ones ir.verify accepts. Units: tiles in elements, SMS in multiprocessors.
+Where cuBLAS wins below 1e11 FLOP (benchmarks/NOTES.md, Small shapes and pdl) it runs the token
+side (M) in tiles of 8 to 64 rows on the MMA's narrow side, 64-wide weight tiles with deep
+rings, and split-K for long K over few tiles. `shapes(problem, backend)` gives those choices
+for any backend, read from its capabilities only (`allowed["swap_ab"]`, `tile_extras`,
+`reductions`, `max_stages`), never its name; policy.heuristic turns them into programs and
+keeps the ones ir.verify accepts. Units: tiles in elements, SMS in multiprocessors.
 """
 from __future__ import annotations
 

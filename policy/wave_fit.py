@@ -18,10 +18,10 @@ CTAs when a split's slices form clusters (a cluster stays inside one GPC: RESIDE
 an in-kernel split whose accumulators fill a thread's registers pays its last slice's sum in
 L2 round trips (SUM_ROUND_TRIP_S). The model ranks the shapes of a tile, nothing else: ring
 depth, warps, the producer's form and the reduction's form are left to ir.verify and the
-measurement. Checked against the H200 campaign stores (benchmarks/wave_fit_check.py): it ranks
-unlike programs well; among its own close proposals its first pick was 13-21 % behind the best
-measured before the clusters' residency was counted, 8-11 % after (benchmarks/NOTES.md),
-still blind to ring depth, so it proposes and the measurement picks.
+measurement. Checked against the H200 campaign stores (benchmarks/NOTES.md, Tiles and K
+splits sized to the wave): it ranks unlike programs well; among its own close proposals its
+first pick was 13-21 % behind the best measured before the clusters' residency was counted,
+8-11 % after, still blind to ring depth, so it proposes and the measurement picks.
 Units: bytes, FLOPs, seconds.
 
     fits(problem, backend)   # FitShape proposals, cheapest predicted first

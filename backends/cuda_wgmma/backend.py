@@ -86,7 +86,7 @@ Constraints:
     read garbage. The cause: in a cluster, the shared address cvta gives a CTA carries its
     rank in the high bits, and OR-ing it unmasked into a wgmma descriptor spilled into the
     leading-byte-offset field, which only N-major B reads; the start address is now masked
-    to its 14 bits. benchmarks/wgmma_cluster_nn.py is the diagnostic.)
+    to its 14 bits: benchmarks/NOTES.md, Hopper kernels (cuda_wgmma), the nn cluster bug.)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`gemmforge ship`: build the shipped-programs file from confirmation CSVs (search.campaign.ship).
 
-    gemmforge ship --from benchmarks/results/hopper_population_h100_v17_confirm_{a,b,c}.csv \
-        --device-class h100 --command "python3 benchmarks/hopper_large.py --all ..."
+    gemmforge ship --from confirm_a.csv confirm_b.csv confirm_c.csv \
+        --device-class h100 --command "gemmforge campaign --incumbents shipped ..."
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The campaign's portfolio: which built programs are timed at which grid shape.
 
     portfolio = Portfolio(backends=("cuda_wgmma", "triton"),
-                          lists=(("large", "benchmarks/programs/hopper_population.txt"),))
+                          lists=(("large", "programs.txt"),))  # one program text a line
     portfolio.programs_for(problem, archs)      # program texts, best guesses first
 
 Programs are shape-generic (m, n, k are launch arguments; every grid shape is a multiple

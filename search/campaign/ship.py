@@ -1,7 +1,7 @@
 """Build the shipped file (dispatch.shipped) from confirmation CSVs (`gemmforge ship`).
 
-    gemmforge ship --from benchmarks/results/hopper_population_h100_v17_confirm_{a,b,c}.csv \
-        --device-class h100 --command "python3 benchmarks/hopper_large.py --all ..."
+    gemmforge ship --from confirm_a.csv confirm_b.csv confirm_c.csv \
+        --device-class h100 --command "gemmforge campaign --incumbents shipped ..."
 
 Input: CSVs with the results-file columns (search.measure.report.COLUMNS; at least m, n, k, device,
 program, kernel_us, cublas_us; layout nn and acc f32 where absent), one row per (shape,

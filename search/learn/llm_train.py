@@ -15,7 +15,7 @@ training shapes of search.learn.llm_tasks.split_shapes, drawn stratified by size
 shapes are excluded from the reward model too, so nothing measured on them reaches
 training.
 
-What a CPU step costs (benchmarks/README.md, llm_rl): the model runs in float32 (a bf16
+What a CPU step costs (benchmarks/README.md, llm_rl.py): the model runs in float32 (a bf16
 checkpoint samples and trains ~4x slower on these CPUs), with the KV cache in generation
 (no gradient checkpointing: TRL's default turns the cache off), and a completion ends at
 its first newline (every token holding one is an end token, samplers.line_stop_ids) or at

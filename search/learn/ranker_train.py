@@ -20,8 +20,8 @@ With --folds F > 1 it first scores the model F times, trained without one fold o
 (grouped by shape) each time: at each held-out shape the program it ranks first among the
 store's programs seen at dispatch.choice.min_trained_shapes() of its training shapes or more
 over the best reading there. That figure, with the command, the stores, rows and shapes, is
-recorded in the file ("trained"). benchmarks/off_grid_rule.py replays the resolver's rule
-with such fold models.
+recorded in the file ("trained"); the resolver's live figures are in benchmarks/NOTES.md,
+Off the grid: the resolver's rules.
 
 Several --store files are read as one (a program read at one shape in two stores keeps its
 best reading). Constraints: reads the stores read-only; layout and accumulator: the stores'
@@ -48,7 +48,7 @@ WEIGHT_SLOPE = 4.0
 LEAF_SCALE = 1e-6  # a leaf's value is written as an integer count of these: the file stays small
 PARAMS = {"max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 63, "min_samples_leaf": 20}
 """HistGradientBoostingRegressor's settings: chosen by grouped 5-fold scores on the grid
-store alone (benchmarks/NOTES.md, the learned rule), sized so the file stays
+store alone (benchmarks/NOTES.md, Off the grid: the resolver's rules), sized so the file stays
 a few hundred KB."""
 
 

@@ -1,6 +1,6 @@
 """A runner that answers from recorded results, so the tuner and the policies run without a GPU.
 
-    runner = ReplayRunner("benchmarks/results/grid_h200.csv")     # or JSONL, or no file
+    runner = ReplayRunner("tune.csv")     # a results CSV (search.measure.report), JSONL, or none
     results = runner.evaluate(programs, problem)                   # like search.measure.env.evaluate
 
 Answers, per program, in order:

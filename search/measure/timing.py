@@ -7,8 +7,8 @@ Every protocol visits all contenders once per round, in a new order each round, 
 the GPU does over time (clock swings under the power cap, a slow spell lasting tens of ms)
 lands on all of them alike, and each contender runs right after every other equally often
 (under the power cap a neighbour's draw moved the next reading by up to 8 %,
-benchmarks/group_bias.py); each returns per-round samples, in microseconds per GEMM, by
-contender name. BenchSettings' docstring counts every launch.
+benchmarks/NOTES.md, Measurement protocols); each returns per-round samples, in
+microseconds per GEMM, by contender name. BenchSettings' docstring counts every launch.
 
 Constraints:
   - a contender's `launch` must be capturable in a CUDA graph (no allocation, no sync);
@@ -179,7 +179,7 @@ def after_protocol(cs, settings, times, stream,
     a model where a GEMM follows a norm or an activation. The kernel protocol's launches
     follow their own previous launch, which a pdl program overlaps; a GEMM after a kernel
     that does not let it start early (any of torch's) overlaps nothing
-    (benchmarks/README.md, launch_timeline)."""
+    (benchmarks/README.md, launch_timeline.py)."""
     import torch
     x = torch.zeros(AFTER_KERNEL_ELEMENTS, dtype=torch.float32, device="cuda")
     return _each_after(cs, settings, times, stream, lambda: torch.add(x, 1.0, out=x), after_round)

@@ -5,11 +5,11 @@
 
 A shape the shipped file lacks gets its nearest shipped shape's program (dispatch.choice),
 which reached only 0.868x of tuning the shape itself over 30 model layer shapes on an H100
-(benchmarks/NOTES.md, off-grid shapes). Timing a handful of candidates at the shape closes most of
-that gap (0.974 replayed from the off-grid campaign's readings): the programs of the
-`shipped` nearest distinct shipped shapes (by dispatch.choice.distance, within MAX_DISTANCE,
-usable at the shape), then the heuristic policy's top `per_backend` of each backend in
-QUICK_BACKENDS. They are timed in ONE group beside cuBLAS through a campaign runner's
+(benchmarks/NOTES.md, Off the grid: the resolver's rules). Timing a handful of candidates at
+the shape closes most of that gap (0.974 replayed from the off-grid campaign's readings): the
+programs of the `shipped` nearest distinct shipped shapes (by dispatch.choice.distance, within
+MAX_DISTANCE, usable at the shape), then the heuristic policy's top `per_backend` of each
+backend in QUICK_BACKENDS. They are timed in ONE group beside cuBLAS through a campaign runner's
 `measure_groups` (search.campaign.campaign_runners: the GPU's GridRunner re-gates every result after
 timing; ReplayGridRunner answers without a GPU), and the best ok result becomes the user's
 tuned database entry for (runner.device, shape), so the resolver serves it next time as
