@@ -47,17 +47,20 @@ STORED = {  # option -> default, kept in the store by the first run
     "search_budget": 16, "search_batch": 8, "policy": "heuristic", "top": 3,
     "sustained_seconds": 1.0, "seed": 0, "incumbents": None, "twins": "",
 }
-DEFAULT_LISTS = ("large=benchmarks/programs/hopper_population.txt",)
+def default_lists() -> tuple[str, ...]:
+    """--portfolio's default: the package's large-class program list."""
+    from ..search.campaign.portfolio import LARGE_PROGRAMS
+    return (f"large={LARGE_PROGRAMS}",)
 
 
 def resolve_options(args, stored: dict | None) -> dict:
     """The run's options: those given on the command line, else the store's, else the
-    defaults (STORED); --portfolio defaults to DEFAULT_LISTS where those files exist."""
+    defaults (STORED); --portfolio defaults to default_lists() where those files exist."""
     out = dict(STORED)
     out.update(stored or {})
     out.update({k: getattr(args, k) for k in STORED if getattr(args, k) is not None})
     if out["portfolio"] is None:
-        out["portfolio"] = [spec for spec in DEFAULT_LISTS
+        out["portfolio"] = [spec for spec in default_lists()
                             if Path(spec.split("=", 1)[1]).is_file()]
     return out
 
@@ -275,7 +278,7 @@ def add_to(sub) -> None:
     c.add_argument("--per-shape", type=int, help="portfolio programs per shape at most (40)")
     c.add_argument("--portfolio", action="append", metavar="CLASS=FILE",
                    help="a program list for a shape class (small, medium, large, all); "
-                        f"repeatable (default: {', '.join(DEFAULT_LISTS)})")
+                        "repeatable (default: large=the package's search/data/large_programs.txt)")
     c.add_argument("--incumbents", choices=INCUMBENT_SOURCES,
                    help="time each shape's shipped program first (a re-run after new "
                         "kernels land); shipped+siblings: each sibling device class's "

@@ -31,6 +31,9 @@ from ...ir.program import OPT_IN_FIELDS, Arch, Problem, Program
 from ...dispatch.devices import MULTIPROCESSORS
 from ..measure.shapes import CLASSES, shape_class
 
+LARGE_PROGRAMS = Path(__file__).parents[1] / "data" / "large_programs.txt"
+"""The large class's portfolio: programs that won large shapes on Hopper, one per line."""
+
 TWIN_FIELDS = tuple(f.name for f in fields(Program)
                     if f.name in OPT_IN_FIELDS and f.type in (bool, "bool"))
 """The fields a twin may set: Program's boolean opt-in fields (swap_ab, pdl)."""
