@@ -42,6 +42,8 @@ class Backend(ABC):
                       consumer may hold (None: ir.arch.ACCUM_REG_BUDGET, as for all others)
       fusions      -- the ir.program.FUSION_FIELDS (epilogue operations: bias) it lowers;
                       a program that sets any other is refused by verify
+      emits_standalone -- `standalone()` writes a self-contained .cu file (`gemmforge emit`
+                      serves a shape with the best program of such a backend)
     """
 
     name: ClassVar[str]
@@ -60,6 +62,7 @@ class Backend(ABC):
                                                              Reduction.ATOMIC})
     consumer_accum_regs: ClassVar[int | None] = None
     fusions: ClassVar[frozenset[str]] = frozenset()
+    emits_standalone: ClassVar[bool] = False
 
     def supports(self, program: Program, problem: Problem | None = None) -> str | None:
         """None if this backend can emit `program` (for `problem`, if given), else the reason.
@@ -102,5 +105,5 @@ class Backend(ABC):
 
     def standalone(self, program: Program, problem: Problem) -> str | None:
         """A self-contained .cu file (kernel, extern "C" launcher, test main()), or None
-        if this backend can't emit one."""
+        if this backend can't emit one (then `emits_standalone` is False)."""
         return None

@@ -195,22 +195,51 @@ class TunedTable:
 def tuned_candidates(problem: Problem, arch: Arch, classes: tuple[str, ...],
                      url: str | None = None) -> list[tuple[Entry, str]]:
     """TunedTable.candidates of the database at `url` (default: the tuner's storage);
-    [] when SQLAlchemy is not installed or the database doesn't exist or can't be read.
+    [] when SQLAlchemy is not installed or the database doesn't exist or can't be read
+    (the last two said once per database on stderr, where the database was named: by
+    `url` or GEMMFORGE_TUNE_DB; the default file missing means nothing was tuned yet).
     Never creates a database file."""
     try:
         import sqlalchemy
     except ImportError:  # the [search] extra is not installed: no tuned database
         return []
+    from ..compiler.knobs import knobs
+    from .storage_files import sqlite_path, sqlite_refusal
+    named = url or knobs().tune_db
     url = url or default_storage()
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        if named:
+            skipped(url, "no such file")
         return []  # nothing tuned yet: don't create an empty file
+    reason = sqlite_refusal(path) if path is not None else None
+    if reason:
+        skipped(url, f"{path} {reason}")
+        return []
     try:
         db = TunedTable(url)
-    except sqlalchemy.exc.SQLAlchemyError:
+        try:
+            return db.candidates(problem, arch, classes)
+        finally:
+            db.close()
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        first = str(getattr(e, "orig", None) or e).strip().splitlines()
+        skipped(url, first[0] if first else type(e).__name__)
         return []
-    try:
-        return db.candidates(problem, arch, classes)
-    except sqlalchemy.exc.SQLAlchemyError:
-        return []
-    finally:
-        db.close()
+
+
+_SKIPPED: set[str] = set()
+
+
+def skipped(url: str, reason: str) -> None:
+    """Say on stderr, once per database, that the tuned database at `url` is not read."""
+    import sys
+
+    import sqlalchemy
+    if url not in _SKIPPED:
+        _SKIPPED.add(url)
+        try:
+            shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        except sqlalchemy.exc.ArgumentError:
+            shown = url
+        print(f"gemmforge: tuned database {shown} skipped: {reason}", file=sys.stderr)

@@ -25,8 +25,13 @@ def at_least(name: str, value: int, least: int = 1) -> int:
 
 def positive_seconds(name: str, value: float | None) -> float | None:
     """None (no limit) or a number of seconds > 0."""
+    return positive(name, value, " (seconds)")
+
+
+def positive(name: str, value: float | None, unit: str = "") -> float | None:
+    """None (not given) or a number > 0 (nan refused); `unit` follows the message."""
     if value is not None and not value > 0:
-        raise UsageError(f"{name}: {value:g} must be > 0 (seconds)")
+        raise UsageError(f"{name}: {value:g} must be > 0{unit}")
     return value
 
 
@@ -65,8 +70,12 @@ def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shape
 def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape",
             dtype: str = "f16"):
     """One Problem from MxNxK and the layout, accumulator and dtype options."""
+    from .ir.program import Accum, DType, Layout
     from .ir.text import parse_problem
     try:
+        Layout.parse(layout, "layout")  # an empty value would vanish from the text below
+        Accum.parse(acc, "acc")
+        DType.parse(dtype, "dtype")
         return parse_problem(f"{text} {layout} {acc} {dtype}")
     except IRError as e:
         raise UsageError(_blame(str(e), text, name)) from None
@@ -117,7 +126,10 @@ def program(value: str, name: str = "--program"):
     if not text:
         raise UsageError(f"{name}: empty" + (f" file {value[1:]}" if value.startswith("@") else
                                              " (give program text, JSON or @file)"))
-    return from_json(text) if text.startswith("{") else parse(text)
+    try:
+        return from_json(text) if text.startswith("{") else parse(text)
+    except IRError as e:
+        raise UsageError(f"{name}: {e}") from None
 
 
 def replay(value: str | None, name: str = "--replay") -> str | None:
@@ -138,6 +150,8 @@ def replay(value: str | None, name: str = "--replay") -> str | None:
 
 def output_folder(path: str, name: str = "-o") -> Path:
     """A folder that exists (created if missing) and can be written."""
+    if not path.strip():
+        raise UsageError(f"{name}: empty (give a folder)")
     folder = Path(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -146,6 +160,21 @@ def output_folder(path: str, name: str = "-o") -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"{name}: can't write in {path}")
     return folder
+
+
+def output_file(path: str, name: str) -> Path:
+    """A file to write: not empty, not a folder, in a folder that exists and can be written."""
+    if not path.strip():
+        raise UsageError(f"{name}: empty (give a file)")
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise UsageError(f"{name}: {path} is a folder (give a file)")
+    if not file.parent.is_dir():
+        raise UsageError(f"{name}: folder {file.parent} does not exist")
+    if not os.access(file.parent, os.W_OK | os.X_OK) or (file.exists() and
+                                                         not os.access(file, os.W_OK)):
+        raise UsageError(f"{name}: can't write {path}")
+    return file
 
 
 def environment() -> None:
@@ -178,6 +207,7 @@ def storage(url: str, name: str = "--storage") -> str:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _sqlite_folder(name, Path(parsed.database))
+        sqlite_file(name, Path(parsed.database))
     connect_args = ({"connect_timeout": STORAGE_CONNECT_TIMEOUT_S}
                     if parsed.get_backend_name() == "postgresql" else {})
     try:
@@ -196,6 +226,41 @@ def storage(url: str, name: str = "--storage") -> str:
     finally:
         engine.dispose()
     return url
+
+
+def sqlite_file(name: str, path: Path) -> Path:
+    """`path`, where it is an SQLite database or not there yet; UsageError where it is
+    another file (empty, truncated, of another kind), which is then left untouched."""
+    from .dispatch.storage_files import sqlite_refusal
+    reason = sqlite_refusal(path.expanduser())
+    if reason:
+        raise UsageError(f"{name}: {path} {reason}")
+    return path
+
+
+def tuned_database() -> None:
+    """GEMMFORGE_TUNE_DB, where set, is a storage URL whose dialect loads (UsageError
+    naming it if not); nothing is opened (a database that can't be read is skipped, and
+    named, when programs are looked up)."""
+    from .compiler.knobs import knobs
+    url = knobs().tune_db
+    if not url or url == ":memory:":
+        return
+    try:
+        import sqlalchemy
+    except ImportError:
+        return  # no [search] extra: no tuned database is read at all
+    name = "GEMMFORGE_TUNE_DB"
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+        parsed.get_dialect()
+    except sqlalchemy.exc.ArgumentError:
+        raise UsageError(f"{name}: {url!r} is not an SQLAlchemy URL ({STORAGE_EXAMPLES})") from None
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise UsageError(f"{name}: {url!r}: no SQLAlchemy dialect {parsed.drivername!r} "
+                         f"({STORAGE_EXAMPLES})") from None
+    except ImportError as e:
+        raise UsageError(f"{name}: {url!r}: its driver is not installed ({e})") from None
 
 
 def _sqlite_folder(name: str, path: Path) -> None:

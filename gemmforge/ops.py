@@ -28,6 +28,7 @@ import warnings
 
 from .compiler.runtime import Kernel
 from .ir.program import Accum, Arch, DType, Layout, Problem, Program
+from .operands import check_matmul_operands
 
 OP_HOST_BOUND_FLOPS = 1e9
 """Below this (2mnk), a call is mostly host time: the Python path of a kernel without a C
@@ -93,6 +94,8 @@ def _build(program: Program, problem: Problem, sm: int) -> Kernel:
 def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
     """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel, in
     the operands' dtype (float16 or bfloat16; bf16 accumulates in f32 only)."""
+    """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel."""
+    check_matmul_operands(a, b, layout, acc, out)
     lay = Layout.parse(layout, "layout")
     acc_ = Accum.parse(acc, "acc")
     dtype = _dtype(a)

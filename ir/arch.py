@@ -48,4 +48,5 @@ HALF_BYTES = 2
 WARP_THREADS = 32
 WARPGROUP_THREADS = 128
 SMEM_ROW_PAD_HALFS = 8  # swizzle=pad adds 16 bytes per shared-memory row
+MAX_GRID_CTAS = 2 ** 31 - 1  # gridDim.x's limit, and the largest tile count the launchers' int holds
 ACCUM_REG_BUDGET = 160  # accumulator registers per thread that leave room for addressing

@@ -7,7 +7,7 @@ cheapest to the most specific; each message names the field and the limit.
 from __future__ import annotations
 
 from . import capabilities, graph
-from .arch import ACCUM_REG_BUDGET, LIMITS
+from .arch import ACCUM_REG_BUDGET, LIMITS, MAX_GRID_CTAS
 from .text import field_text
 from .program import (
     DEFAULTS, FUSION_FIELDS, OPT_IN_FIELDS, TILE_STEP, Accum, IRError, Layout, Problem, Program, Schedule, WarpSpec,
@@ -153,6 +153,10 @@ def _check_problem(p: Program, be, problem: Problem | None) -> str | None:
     if problem.dtype not in dtypes:
         shown = ", ".join(sorted(d.value for d in dtypes))
         return f"dtype: {p.backend} computes {shown} operands, not {problem.dtype.value}"
+    ctas = -(-problem.m // p.tile.bm) * -(-problem.n // p.tile.bn) * p.split_k.slices
+    if ctas > MAX_GRID_CTAS:
+        return (f"tile: {problem.m}x{problem.n} in {p.tile.bm}x{p.tile.bn} tiles (split_k "
+                f"{p.split_k.slices}) is {ctas} CTAs, more than a grid holds ({MAX_GRID_CTAS})")
     return None
 
 

@@ -358,6 +358,24 @@ def _advantages(rewards: list[float], kind: str) -> torch.Tensor:
     return 2 * (below + (ties - 1) / 2) / (len(rewards) - 1) - 1
 
 
+def checkpoint_refusal(path: Path | str) -> str | None:
+    """Why the file at `path` is not a checkpoint this gemmforge loads (a phrase following
+    the path), or None when LearnedPolicy.load would read it."""
+    import warnings
+    try:
+        with warnings.catch_warnings():  # torch warns about what it then refuses
+            warnings.simplefilter("ignore")
+            data = torch.load(Path(path), weights_only=True)
+    except Exception as e:  # torch raises many kinds on a file of another kind
+        return f"is not a learned-policy checkpoint (torch.load: {type(e).__name__})"
+    if not isinstance(data, dict):
+        return "is not a learned-policy checkpoint (not a dict of tensors)"
+    if data.get("version") != CHECKPOINT_VERSION or data.get("knobs") != list(KNOBS):
+        return (f"has checkpoint version {data.get('version')} or knobs that differ from this "
+                f"gemmforge's ({CHECKPOINT_VERSION}); retrain it (gemmforge train-policy)")
+    return None
+
+
 def default_checkpoint() -> Path:
     """<user cache dir>/gemmforge/learned_policy.pt"""
     import platformdirs

@@ -19,9 +19,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
+
+import fault_table_cli
+import fault_table_env
+from fault_row import Row
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "errors.md"
@@ -31,24 +34,6 @@ LLM = (*T, "--budget", "4", "--batch", "2", "--policy", "llm", "--llm-url", "{ur
 SLOW = ("tune", "--shapes", "64x64x64", "--replay", "synthetic", "--storage",
         "sqlite:///{tmp}/slow.db", "--quiet", "--report", "", "--budget", "16", "--batch", "4",
         "--backends", "cuda_mma", "--seed", "0")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One fault: what is tried, the argv ({tmp}, {url} filled in), the exit code and the
-    regex picking the documented line from stderr then stdout. `llm`: a tests/fake_llm
-    mode ("dead": no server); `signal`: a signal for a slow tune in a child process
-    ("kill9": SIGKILL, then the row is the rerun's); `patch`: module attributes to set."""
-
-    what: str
-    argv: tuple[str, ...]
-    code: int
-    pick: str = r"^gemmforge: "
-    env: dict = field(default_factory=dict)
-    llm: str | None = None
-    signal: str | None = None
-    patch: dict = field(default_factory=dict)
-    counts: str = ""  # a regex of the line's part that varies from run to run: shown as N
 
 
 ROWS = [
@@ -117,11 +102,35 @@ ROWS = [
     Row("rerun after kill -9", SLOW, 0, r"^re-queued", signal="kill9",
         counts=r"(?<=re-queued )\d+"),
 ]
+ROWS += [*fault_table_cli.ROWS, *fault_table_env.ROWS]  # the generated tables
+
+
+OLD_S = 3600  # an empty database file this old is not one another process is creating
 
 
 def _files(tmp: Path) -> None:
+    """The files and folders rows name: {tmp}/binary.txt, empty.csv, text.txt, empty.db (0
+    bytes, an hour old), truncated.db (an SQLite file cut short), adir/."""
     (tmp / "binary.txt").write_bytes(bytes(range(128, 256)) * 4)
     (tmp / "empty.csv").write_text("")
+    (tmp / "text.txt").write_text("not a database\n" * 64)
+    (tmp / "adir").mkdir(exist_ok=True)
+    empty = tmp / "empty.db"
+    empty.write_bytes(b"")
+    os.utime(empty, (time.time() - OLD_S, time.time() - OLD_S))
+    _truncated(tmp / "truncated.db")
+
+
+def _truncated(path: Path) -> None:
+    """An SQLite database of several pages, cut to its first two pages."""
+    if path.exists():
+        return
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE t (x TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [("x" * 500,)] * 200)
+        conn.commit()
+    data = path.read_bytes()
+    path.write_bytes(data[:2 * 4096])
 
 
 def normalize(line: str, tmp: Path, counts: str = "") -> str:
@@ -150,7 +159,8 @@ def run_here(row: Row, tmp: Path) -> tuple[int, str, str]:
     from gemmforge.cli import main
     _files(tmp)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.dict(os.environ, row.env))
+        stack.enter_context(mock.patch.dict(os.environ, {k: v.format(tmp=tmp) for k, v in
+                                                         row.env.items()}))
         stack.enter_context(mock.patch("torch.cuda.is_available", lambda: False))
         for target, value in row.patch.items():
             stack.enter_context(mock.patch(target, value))
@@ -223,7 +233,7 @@ def run(row: Row, tmp: Path) -> tuple[int, str, str, str]:
     return code, normalize(pick(row, err, out), tmp, row.counts), out, err
 
 
-def render(results: list[tuple[Row, int, str]]) -> str:
+def render(results: list[tuple[Row, int, str]], api_results: list, api_tmp: Path) -> str:
     lines = [
         "# Bad input and faults: exit code and the line printed",
         "",
@@ -241,7 +251,26 @@ def render(results: list[tuple[Row, int, str]]) -> str:
     for row, code, line in results:
         cell = line.replace("|", "\\|")
         lines.append(f"| {row.what.replace('|', chr(92) + '|')} | {code} | `{cell}` |")
+    lines += ["", "## Python API", "",
+              "Each call raises one exception whose message names the argument and what is",
+              "expected (tests/fault_table_api.py; tests/test_fault_api.py checks this table).",
+              "", "| call | raises | message |", "| --- | --- | --- |"]
+    for row, kind, message in api_results:
+        cell = normalize(message, api_tmp).replace("|", "\\|")
+        lines.append(f"| {row.what} | {kind} | `{cell}` |")
     return "\n".join(lines) + "\n"
+
+
+def documented_api() -> dict[str, tuple[str, str]]:
+    """docs/errors.md's Python API rows: what -> (exception class name, message)."""
+    text = DOC.read_text()
+    section = text.split("## Python API", 1)[-1] if "## Python API" in text else ""
+    out = {}
+    for line in section.splitlines():
+        m = re.match(r"^\| (.+?) \| ([A-Za-z]+) \| `(.*)` \|$", line)
+        if m:
+            out[m.group(1)] = (m.group(2), m.group(3).replace("\\|", "|"))
+    return out
 
 
 def documented() -> dict[str, tuple[int, str]]:
@@ -264,5 +293,8 @@ if __name__ == "__main__":
             code, line, _, _ = run(row, Path(tmp))
         print(f"{code:4d}  {row.what}: {line}", file=sys.stderr)
         results.append((row, code, line))
-    DOC.write_text(render(results))
+    import fault_table_api
+    with tempfile.TemporaryDirectory() as tmp:
+        api = [(row, *fault_table_api.run(row, Path(tmp))) for row in fault_table_api.ROWS]
+        DOC.write_text(render(results, api, Path(tmp)))
     print(f"wrote {DOC}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The fault-injection suite a release must pass (CPU): every bad input and fault of
 tests/fault_rows.py gets its exit code and its one line, as docs/errors.md shows; Ctrl-C,
-SIGTERM and kill -9 lose nothing; a tune killed at random points 20 times still measures
-exactly its budget, each program once."""
+SIGTERM and kill -9 lose nothing; two tunes sharing one storage, killed at 20 random points,
+still measure exactly their budget, each program once."""
 import os
 import random
 import re
@@ -71,6 +71,7 @@ def _check_rerun(tmp: Path, out: str) -> None:
 @pytest.mark.parametrize("row", ROWS, ids=[r.what for r in ROWS])
 def test_fault(row: Row, tmp_path):
     code, line, out, err = fault_rows.run(row, tmp_path)
+    assert code == row.code, f"{row.what}: exit {code}, not {row.code}; stderr:\n{err}"
     assert (code, line) == DOCUMENTED[row.what], \
         f"{row.what}: got exit {code} and {line!r}; stderr:\n{err}"
     assert line, f"{row.what}: no line matches {row.pick!r}"
@@ -120,7 +121,7 @@ def test_a_run_that_measures_nothing_ok_fails(capsys, monkeypatch):
         "gemmforge: tune: no candidate measured ok")
 
 
-# -- kill -9 at random points, 20 times ---------------------------------------------------
+# -- two workers on one storage, kill -9 at 20 random points ------------------------------
 
 _WORKER = textwrap.dedent("""
     import sys, time
@@ -133,6 +134,7 @@ _WORKER = textwrap.dedent("""
     runner = replay.ReplayRunner(archs=("sm_90a",), delay_s=0.02)
     Tuner(runner, HeuristicPolicy(), sys.argv[1], settings).tune(Problem(512, 2048, 1024))
 """)
+KILL_POINTS = 20
 
 
 def _snapshot(url: str) -> dict[int, tuple[str, float]]:
@@ -147,27 +149,38 @@ def _snapshot(url: str) -> dict[int, tuple[str, float]]:
 
 
 def _measured(db: Path, url: str) -> int:
-    """Measured trials so far (0 before the worker has made the tables)."""
+    """Measured trials so far (0 before the workers have made the tables)."""
     return len(_snapshot(url)) if fault_rows.trial_counts(db) else 0
 
 
-def test_a_tune_killed_20_times_loses_nothing_and_measures_nothing_twice(tmp_path):
-    """grace_s is 600: only the owner check can re-queue the orphans this fast."""
-    url = f"sqlite:///{tmp_path}/kill.db"
-    rng, seen = random.Random(0), {}
+def _wait_for_progress(procs, db: Path, url: str, seen: int) -> None:
+    deadline = time.monotonic() + 60
+    while (any(p.poll() is None for p in procs) and time.monotonic() < deadline
+           and _measured(db, url) <= seen):
+        time.sleep(0.05)
+
+
+@pytest.mark.slow  # about 5 minutes on 2 busy cores: 22 worker processes start
+def test_two_tunes_killed_at_20_points_lose_nothing_and_measure_nothing_twice(tmp_path):
+    """Two workers share one SQLite study; each round both start and both are killed at
+    random moments (two kill points a round), until the last round runs to the end.
+    grace_s is 600: only the owner check can re-queue the orphans this fast."""
+    url, db = f"sqlite:///{tmp_path}/kill.db", tmp_path / "kill.db"
+    rng, seen, kills = random.Random(0), {}, 0
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for i in range(21):
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER, url, str(i)], env=env)
-        if i == 20:  # the last run is left to finish
-            assert proc.wait(timeout=300) == 0
+    start = lambda seed: subprocess.Popen([sys.executable, "-c", _WORKER, url, str(seed)],  # noqa: E731
+                                          env=env)
+    for round_ in range(KILL_POINTS // 2 + 1):
+        procs = [start(2 * round_), start(2 * round_ + 1)]
+        if kills == KILL_POINTS:  # the last round is left to finish
+            assert [p.wait(timeout=300) for p in procs] == [0, 0]
             break
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline and \
-                _measured(tmp_path / "kill.db", url) <= len(seen):
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0, 0.3))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        _wait_for_progress(procs, db, url, len(seen))
+        for proc in procs:
+            time.sleep(rng.uniform(0, 0.3))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
         now = _snapshot(url)
         assert all(now.get(n) == v for n, v in seen.items()), "a measured trial was lost"
         seen = now

@@ -31,6 +31,8 @@ _ONLY_DEFAULT = {name: frozenset({getattr(DEFAULTS, name)})
 class CudaBackend(Backend):
     """Shared lowering and build for the cuda family; subclasses pick the kernel body."""
 
+    emits_standalone = True
+
     path: ClassVar[str]
     archs = frozenset({Arch.SM80, Arch.SM90A})
     allowed = {**_ONLY_DEFAULT, "swizzle": frozenset({Swizzle.NONE, Swizzle.PAD})}

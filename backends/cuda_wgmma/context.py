@@ -336,6 +336,7 @@ def _wgmma_operands(n: int, acc: Accum, tnsp_b: int, el: Element) -> dict:
 
 
 def make_context(program: Program, problem: Problem) -> WgmmaContext:
+    name = lowered_name(program, problem)  # of the program, not its kernel view: the file's name
     problem = kernel_problem(program, problem)
     program = kernel_view(program)
     t, w = program.tile, program.warps
@@ -346,7 +347,7 @@ def make_context(program: Program, problem: Problem) -> WgmmaContext:
     a_hi = _desc_hi(DESC_UNIT, SWIZZLE_ATOM_BYTES)
     b_hi = a_hi if g["nt"] else _desc_hi(g["b_box_bytes"], SWIZZLE_ATOM_BYTES)
     return WgmmaContext(
-        kernel_name=lowered_name(program, problem), program_text=str(program),
+        kernel_name=name, program_text=str(program),
         layout=problem.layout.value, acc=problem.acc.value,
         bm=t.bm, bn=t.bn, bk=t.bk, stages=program.stages,
         consumers=g["consumers"], wn=w.wn, wg_m=g["wg_m"], wg_n=g["wg_n"],

@@ -38,6 +38,8 @@ COMMENT_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", *EXTRA_FLAGS)
 class CuteCpp(Backend):
     """CUTLASS C++ kernels: 3.x collective builders on sm_90a, 2.x device::Gemm on sm_80."""
 
+    emits_standalone = True
+
     name = "cute_cpp"
     archs = frozenset({Arch.SM80, Arch.SM90A})
     instruction = "CUTLASS tensor-op MMA (64-row units)"

@@ -59,6 +59,30 @@ def _value_options(parser: argparse.ArgumentParser) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_environment() -> None:
+    """Every GEMMFORGE_* setting readable before any command starts (compiler.knobs raises
+    KnobError naming the setting: exit 2), and a GEMMFORGE_SHIPPED file one that parses."""
+    from ..compiler.knobs import knobs
+    if knobs().shipped and knobs().shipped.lower() != "none":
+        from ..dispatch.shipped import ShippedError, default_path, shipped
+        try:
+            shipped(default_path())
+        except ShippedError as e:
+            raise UsageError(f"GEMMFORGE_SHIPPED: {e}") from None
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed it (`gemmforge schema | head -1`): what it read is what
+    it wanted, so exit 0 quietly; stdout goes to /dev/null so that flushing it at exit
+    raises nothing more."""
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file descriptor (a test's StringIO)
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one gemmforge command; returns its exit code (gemmforge.errors says what each
     means)."""
@@ -70,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "argv", False) is None:  # a command that records how it was called
         args.argv = [a for a in argv if a != DEBUG_FLAG]
     try:
+        _check_environment()
         return args.run(args)
     except ModuleNotFoundError as e:
         hint = install_hint(e)
@@ -77,5 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             return report(e, debug)
         print(f"gemmforge {args.command}: {hint}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return _reader_gone()
     except (Exception, KeyboardInterrupt) as e:
         return report(e, debug)

@@ -107,6 +107,12 @@ def settings_from(options: dict, incumbents: dict | None = None):
     from ..policy.registry import POLICIES
     if options["policy"] not in POLICIES:
         raise UsageError(f"--policy {options['policy']!r}: one of {', '.join(POLICIES)}")
+    _check_numbers(options)
+    from .. import arguments
+    from ..ir.program import Accum, Layout
+    arguments.backends(options["backends"])
+    Layout.parse(options["layout"], "--layout")
+    Accum.parse(options["acc"], "--acc")
     lists = []
     for spec in options["portfolio"]:
         cls, sep, path = spec.partition("=")
@@ -128,6 +134,21 @@ def settings_from(options: dict, incumbents: dict | None = None):
         raise UsageError(str(e)) from None
 
 
+NUMBER_FLOORS = {"per_backend": 0, "per_shape": 1, "chunk": 1, "search_budget": 0,
+                 "search_batch": 1, "top": 1}
+"""The smallest value of each integer option (per_backend 0: no heuristic proposals, only
+the incumbents and --portfolio lists; search_budget 0: no search pass)."""
+
+
+def _check_numbers(options: dict) -> None:
+    """UsageError naming the first numeric option out of its range."""
+    from .. import arguments
+    for key, least in NUMBER_FLOORS.items():
+        arguments.at_least("--" + key.replace("_", "-"), options[key], least)
+    arguments.positive("--threshold", options["threshold"], " (x cuBLAS)")
+    arguments.positive_seconds("--sustained-seconds", options["sustained_seconds"])
+
+
 def make_runner(args):
     """The replayed runner (--replay) or the GPU's."""
     from ..search.campaign.campaign_runners import GridRunner, ReplayGridRunner
@@ -146,15 +167,16 @@ def cmd_campaign(args) -> int:
     from .common import UsageError
     from ..search.campaign.campaign import PASSES, Campaign
     from ..search.measure.campaign_store import CampaignStore
-    from ..search.measure.shapes import parse_shapes
     started = time.monotonic()
     passes = tuple(p for p in args.passes.split(",") if p)
     if set(passes) - set(PASSES):
         raise UsageError(f"--passes: {args.passes!r}; use a comma list of {', '.join(PASSES)}")
+    _check_storage(args)
     store = CampaignStore(args.storage)
     options = resolve_options(args, store.get("options"))
     settings_from(options)  # bad options fail before a runner starts
-    problems = parse_shapes(options["shapes"], options["layout"], options["acc"])
+    from .. import arguments
+    problems = arguments.shapes(options["shapes"], options["layout"], options["acc"])
     if args.report:
         try:
             return _report(store, problems, settings_from(options), args)
@@ -184,6 +206,32 @@ def cmd_campaign(args) -> int:
         store.close()
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _check_storage(args) -> None:
+    """--storage: an SQLite campaign file (or, for a run, one to create in a folder that
+    exists), --max-seconds > 0: UsageError otherwise, before the store is opened."""
+    from .. import arguments
+    from .common import UsageError
+    arguments.positive_seconds("--max-seconds", args.max_seconds)
+    if args.builders is not None:
+        arguments.at_least("--builders", args.builders)
+    if args.replay_delay < 0:
+        raise UsageError(f"--replay-delay: {args.replay_delay:g} must be >= 0 (seconds)")
+    for option, given in (("--with-shipped", args.with_shipped),
+                          ("--shipped-only", args.shipped_only)):
+        if given and not args.report:
+            raise UsageError(f"{option}: applies to --report (give --report NAME)")
+    args.replay = arguments.replay(args.replay)
+    if not args.storage.strip():
+        raise UsageError("--storage: empty (give the campaign's SQLite file)")
+    path = Path(args.storage).expanduser()
+    if not path.parent.is_dir():
+        raise UsageError(f"--storage: folder {path.parent} does not exist")
+    if (args.status or args.report) and not path.exists():
+        raise UsageError(f"--storage: no campaign at {path} (--status and --report read "
+                         "an existing one)")
+    arguments.sqlite_file("--storage", path)
 
 
 class _StatusRunner:

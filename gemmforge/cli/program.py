@@ -21,8 +21,11 @@ def cmd_emit(args) -> int:
     arch = Arch.parse(args.arch, "--arch")
     given = None if args.program is None else parse_program(args.program)
     out_dir = arguments.output_folder(args.output)
-    program, source = choose_program(problem, arch, given, _device_class(args.device_class))
-    path = emit(problem, program, out_dir)
+    device_class = _device_class(args.device_class)
+    if given is None:
+        arguments.tuned_database()
+    program, source = choose_program(problem, arch, given, device_class)
+    path = emit(problem, program, out_dir, force=args.force)
     print(f"{program}\n{path}")
     print(source, file=sys.stderr)
     if args.compile:
@@ -31,20 +34,42 @@ def cmd_emit(args) -> int:
 
 
 def _device_class(value: str | None) -> str | None:
-    from ..dispatch.devices import check_class
+    """--device-class checked: a class the package knows (its SM count, or rows of the
+    shipped file): an unknown one would silently match nothing and fall to the heuristic."""
+    from ..dispatch.devices import MULTIPROCESSORS, check_class
+    from ..dispatch.shipped import shipped
+    if value is None:
+        return None
     try:
-        return check_class(value) if value else None
+        cls = check_class(value)
     except ValueError as e:
         raise UsageError(f"--device-class: {e}") from None
+    known = sorted(set(MULTIPROCESSORS) | set(shipped().classes()))
+    if cls not in known:
+        raise UsageError(f"--device-class: {value!r} is not a known GPU class (one of "
+                         f"{', '.join(known)})")
+    return cls
 
 
 def cmd_verify(args) -> int:
     from ..ir.verify import verify
     program = parse_program(args.program, "program")
     problem = parse_shape(args.shape, args.layout, args.acc, args.dtype) if args.shape else None
+    if problem is None:
+        _no_shape_options(args)
     verify(program, problem)
     print(f"ok: {program}  ({program.name})")
     return 0
+
+
+def _no_shape_options(args) -> None:
+    """--layout and --acc checked, and refused where no --shape gives them a problem."""
+    from ..ir.program import Accum, Layout
+    Layout.parse(args.layout, "--layout")
+    Accum.parse(args.acc, "--acc")
+    for option, value, default in (("--layout", args.layout, "nn"), ("--acc", args.acc, "f32")):
+        if value != default:
+            raise UsageError(f"{option}: applies to a --shape (give one, or drop {option})")
 
 
 def cmd_schema(args) -> int:
@@ -67,6 +92,8 @@ def add_to(sub) -> None:
                                           "apply (h100, h200, a100; default: h100 for sm_90a, "
                                           "a100 for sm_80)")
     e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("--force", action="store_true",
+                   help="replace a file of the same name that holds other text")
     e.add_argument("--compile", action="store_true", help="also build the self-test with nvcc")
     e.set_defaults(run=cmd_emit)
     v = sub.add_parser("verify", help="check a program (and optionally a shape)")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 
+from .. import arguments
 from .common import UsageError
 
 
@@ -22,7 +24,7 @@ def cmd_ship(args) -> int:
     if missing:
         raise UsageError(f"--from: no such file: {', '.join(missing)}")
     try:
-        want = check_class(args.device_class) if args.device_class else None
+        want = check_class(args.device_class) if args.device_class is not None else None
     except ValueError as e:
         raise UsageError(f"--device-class: {e}") from None
     from ..search.measure.shapes import CLASSES
@@ -39,12 +41,13 @@ def cmd_ship(args) -> int:
         shapes = frozenset((p.m, p.n, p.k) for p in read_shapes(args.shapes))
     if not args.command.strip():
         raise UsageError("--command: say which command measured these files")
-    out = Path(args.out) if args.out else DEFAULT_PATH
+    out = arguments.output_file(args.out, "--out") if args.out is not None else DEFAULT_PATH
     rows, refused = ship(paths, out, args.command, want, shape_classes, shapes, args.rank_by)
     for why, count in refused.most_common():
         print(f"refused {count} row(s): {why}")
     if not rows:
-        print(f"gemmforge: ship: no row of {len(paths)} file(s) passed; {out} unchanged")
+        print(f"gemmforge: ship: no row of {len(paths)} file(s) passed; {out} unchanged",
+              file=sys.stderr)
         return 1
     by_class = Counter(r.device_class for r in rows)
     geo = math.exp(statistics.fmean(math.log(r.speedup) for r in rows))

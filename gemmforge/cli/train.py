@@ -45,7 +45,10 @@ def _checked(args):
     backends = arguments.backends(args.backends)
     replay = arguments.replay(args.replay)
     path = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
-    arguments.output_folder(str(path.parent), "--checkpoint")
+    if args.checkpoint is not None:
+        arguments.output_file(args.checkpoint, "--checkpoint")
+    else:
+        arguments.output_folder(str(path.parent), "--checkpoint")
     if not replay:
         arguments.cuda_devices("train-policy", args.device + 1,
                                "; use --replay synthetic (or a record file) to train without one")

@@ -20,10 +20,32 @@ SETTINGS = ("generations", "learning_rate", "lora_rank", "max_completion_length"
             "temperature", "save_steps", "large_share")  # left out: search.learn.llm_train.TrainSettings' defaults
 
 
+def _check(args) -> None:
+    """Every argument, before the llm-train extra is looked for (UsageError naming it)."""
+    from pathlib import Path
+
+    from .. import arguments
+    arguments.at_least("--steps", args.steps)
+    arguments.at_least("--per-problem", args.per_problem)
+    for option, value, least in (("--generations", args.generations, 2),
+                                 ("--lora-rank", args.lora_rank, 1),
+                                 ("--save-steps", args.save_steps, 1),
+                                 ("--max-completion-length", args.max_completion_length, 1)):
+        if value is not None:
+            arguments.at_least(option, value, least)
+    arguments.positive("--learning-rate", args.learning_rate)
+    arguments.positive("--temperature", args.temperature)
+    if args.large_share is not None and not 0.0 <= args.large_share <= 1.0:
+        raise UsageError(f"--large-share: {args.large_share:g} is a fraction of the prompts, "
+                         "0 to 1")
+    if not Path(args.model).is_dir():
+        raise UsageError(f"--model: no such folder: {args.model} (a Hugging Face model folder)")
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise UsageError(f"--output: {args.output} is a file (give a run folder)")
+
+
 def cmd_train_llm(args) -> int:
-    if args.steps < 1 or (args.generations is not None and args.generations < 2):
-        raise UsageError("--steps must be >= 1 and --generations >= 2 (GRPO compares a "
-                         "group of completions)")
+    _check(args)
     try:
         from ..search.learn.llm_train import TrainSettings, train
         import peft, trl  # noqa: F401  (fail here, with the fix, not deep in a run)
@@ -31,8 +53,6 @@ def cmd_train_llm(args) -> int:
         raise UsageError(f"train-llm needs the llm-train extra ({e}): "
                          "pip install -e \".[llm-train]\"") from None
     given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
-    if args.large_share is not None and not 0.0 <= args.large_share <= 1.0:
-        raise UsageError("--large-share is a fraction of the prompts, 0 to 1")
     if args.uniform_shapes:
         given["large_share"] = None
     settings = TrainSettings(steps=args.steps, per_problem=args.per_problem, seed=args.seed,

@@ -72,6 +72,53 @@ def _check_counts(args) -> None:
         raise UsageError(f"--llm-endpoint: {args.llm_endpoint} needs --llm-url (a server)")
     if args.llm_examples != "none" and args.policy != "llm":
         raise UsageError(f"--llm-examples: {args.llm_examples} needs --policy llm")
+    _check_policy_options(args)
+    _check_checkpoint(args)
+
+
+def _check_checkpoint(args) -> None:
+    """--policy learned: a --checkpoint to write in a folder that exists, and an existing
+    checkpoint (given or the default) that loads."""
+    if args.policy != "learned":
+        return
+    from ..policy.learned import checkpoint_refusal, default_checkpoint
+    if args.checkpoint is not None:
+        arguments.output_file(args.checkpoint, "--checkpoint")
+    path = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
+    reason = checkpoint_refusal(path) if path.is_file() else None
+    if reason:
+        raise UsageError(f"--checkpoint: {path} {reason}")
+
+
+LLM_OPTIONS = ("--llm-url", "--llm-model", "--llm-dataset", "--llm-timeout", "--llm-endpoint",
+               "--llm-adapter", "--llm-engine", "--llm-reply")
+POLICY_OPTIONS = {"llm": LLM_OPTIONS, "learned": ("--checkpoint",)}
+NOT_QUICK = ("--budget", "--seconds", "--batch", "--policy", "--checkpoint", *LLM_OPTIONS,
+             "--llm-examples", "--gpus", "--concurrent", "--protocols", "--confirm",
+             "--report", "--report-dir")
+"""Options `tune --quick` has no use for: it times a fixed handful of candidates per shape."""
+
+
+def given(args, option: str) -> bool:
+    """Whether `option` was on the command line (main records it in args.argv)."""
+    return any(a == option or a.startswith(option + "=") for a in (args.argv or ()))
+
+
+def _check_policy_options(args) -> None:
+    """An option of one policy given with another is refused, not silently ignored."""
+    for policy, options in POLICY_OPTIONS.items():
+        for option in options:
+            if args.policy != policy and given(args, option):
+                raise UsageError(f"{option}: needs --policy {policy} (the policy is "
+                                 f"{args.policy})")
+
+
+def check_quick_options(args) -> None:
+    """UsageError for an option `tune --quick` would ignore."""
+    for option in NOT_QUICK:
+        if given(args, option):
+            raise UsageError(f"{option}: tune --quick times a fixed set of candidates per "
+                             f"shape and takes no {option} (drop it, or drop --quick)")
 
 
 
@@ -140,6 +187,8 @@ def cmd_tune(args) -> int:
                                             source_line, stop_line, summary_table,
                                             timing_line, totals_line)
     model_shapes(args)
+    if args.quick:
+        check_quick_options(args)
     if args.quick or args.model:
         from .quick import cmd_quick
         done = cmd_quick(args)

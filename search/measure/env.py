@@ -56,6 +56,18 @@ def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureReq
     return MeasureRequest.make(parsed, problem, settings, seed)
 
 
+class NoGPUError(RuntimeError):
+    """evaluate() was called on a machine where torch sees no CUDA GPU."""
+
+
+def _need_gpu() -> None:
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError("evaluate: needs a CUDA GPU (torch sees none); to try a search "
+                         "without one, answer from search.replay.ReplayRunner (synthetic or "
+                         "recorded results)")
+
+
 def evaluate(programs: Sequence, problem, *, device_runner: DeviceRunner | None = None,
              builders: BuilderPool | None = None, settings: BenchSettings | None = None,
              target_sm: int | None = None, seed: int = 0,
@@ -65,11 +77,15 @@ def evaluate(programs: Sequence, problem, *, device_runner: DeviceRunner | None 
     Returns one Result per program, in order. `device_runner` and `builders` default to
     pools made (and closed) for this call; pass long-lived ones in a loop. `target_sm`
     defaults to the runner's device. Request i uses random seed `seed + 3 * i`.
-    Raises search.measure.measure.WorkerError only if the GPU worker can't start at all."""
+    Raises search.measure.measure.WorkerError only if the GPU worker can't start at all, and
+    NoGPUError before starting a worker where one is needed (no `device_runner` given,
+    some program to measure) and torch sees no GPU."""
     settings = settings or BenchSettings()
     prepared = [_request(p, problem, settings, seed + SEED_STRIDE * i)
                 for i, p in enumerate(programs)]
     todo = [p for p in prepared if isinstance(p, MeasureRequest)]
+    if todo and device_runner is None:
+        _need_gpu()
     measured = iter(measure(todo, target_sm=target_sm, builders=builders,
                             runner=device_runner, progress=progress) if todo else [])
     return [next(measured) if isinstance(p, MeasureRequest) else p for p in prepared]

@@ -120,7 +120,31 @@ def _storage_class():
         that never sent a heartbeat and started more than the grace period ago: a process
         killed between `ask` and its first heartbeat leaves such a trial, which optuna
         alone would keep RUNNING forever. (A live tuner records the first heartbeat right
-        after `ask`.)"""
+        after `ask`.) A waiting trial starts running for one process only (`_claim`)."""
+
+        def set_trial_state_values(self, trial_id: int, state, values=None) -> bool:
+            from optuna.trial import TrialState
+            if state == TrialState.RUNNING and values is None:
+                return self._claim(trial_id)
+            return super().set_trial_state_values(trial_id, state, values)
+
+        def _claim(self, trial_id: int) -> bool:
+            """WAITING -> RUNNING as one conditional UPDATE: True for the one process whose
+            update found it waiting. optuna reads the state and then writes it; SQLite has
+            no row lock for its SELECT ... FOR UPDATE and Python's sqlite3 runs the read
+            outside the write's transaction, so two processes popping the same queued trial
+            both got it, and the second to tell it died (UpdateFinishedTrialError)."""
+            from datetime import datetime
+
+            import sqlalchemy
+            from optuna.storages._rdb import models
+            from optuna.trial import TrialState
+            t = models.TrialModel.__table__
+            stmt = (sqlalchemy.update(t).where(t.c.trial_id == trial_id,
+                                               t.c.state == TrialState.WAITING)
+                    .values(state=TrialState.RUNNING, datetime_start=datetime.now()))
+            with self.engine.begin() as conn:
+                return conn.execute(stmt).rowcount == 1
 
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             from datetime import datetime, timedelta

@@ -55,6 +55,9 @@ from .studies import (MESSAGE_CHARS, OWNER_ATTR, TUNER_PREFIX, heartbeat,
                       study_name, trial_id, trial_result)
 
 
+AWAIT_POLL_S = 0.2  # how often a worker whose share is done looks at the others' trials
+
+
 class _Serialized:
     """A policy whose propose and observe run one at a time, for tune_all's threads."""
 
@@ -143,7 +146,12 @@ class Tuner:
         requeued = fail_stale(study)
         self._observe_history(study, problem)
         timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
-        while (room := self._room(study)) > 0:
+        while True:
+            room = self._room(study)
+            if room <= 0:
+                if self._settle(study):
+                    continue  # others' trials failed or were orphaned: room again
+                break
             if self.stop is not None:
                 self.stop.check()
             start = time.monotonic()
@@ -162,6 +170,28 @@ class Tuner:
         if self.stop is not None:
             self.stop.check()
         return self._confirm(study, problem, outcome) if self.settings.confirm else outcome
+
+    def _settle(self, study) -> bool:
+        """With this worker's share of the budget taken: wait while other live workers
+        still measure candidates of the study, up to `grace_s`, so the outcome counts the
+        budget as the storage will hold it. True when there may be room again: a killed
+        worker's candidates (their owner gone) were failed and queued again, or the others'
+        candidates ended without filling the budget."""
+        from optuna.trial import TrialState
+        from .studies import owner_gone
+        deadline = time.monotonic() + self.settings.grace_s
+        while time.monotonic() < deadline:
+            if self.stop is not None and self.stop.is_set():
+                return False
+            running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                       if t.user_attrs.get("candidate")]
+            owners = [t.user_attrs.get(OWNER_ATTR, "") for t in running]
+            if any(owner_gone(o) for o in owners) and fail_stale(study):
+                return True
+            if not any(o and o != self._owner for o in owners):
+                return self._room(study) > 0
+            time.sleep(AWAIT_POLL_S)
+        return False
 
     def _shield(self):
         from contextlib import nullcontext
@@ -328,12 +358,18 @@ class Tuner:
             requeue(study, [b for b in batch if b[0].number not in told], reason)
 
     def _tell(self, study, problem, trial, program, source, result, cost, best, measured):
+        from optuna.exceptions import UpdateFinishedTrialError
         value = reward(result)
         current = trial.user_attrs  # a copy: read once; source is usually set already
-        for key, attr in _result_attrs(result, source, cost, self.worker).items():
-            if current.get(key, self) != attr:
-                trial.set_user_attr(key, attr)
-        study.tell(trial, value)
+        try:
+            for key, attr in _result_attrs(result, source, cost, self.worker).items():
+                if current.get(key, self) != attr:
+                    trial.set_user_attr(key, attr)
+            study.tell(trial, value)
+        except UpdateFinishedTrialError:
+            # another worker failed it as stale (its heartbeats stopped reaching the
+            # storage) and queued its program again: that retry measures it, not this one
+            return best
         with self._count_lock:
             self.run_measured[study.study_name] = self.run_measured.get(study.study_name, 0) + 1
         self._observed.add((study.study_name, trial.number))
