@@ -3,6 +3,8 @@ test_triton_raw_launch.py, test_triton_pdl.py): a CPU "device" that answers as a
 Triton kernels that record their launches instead of running, and what a launch computed
 before any caching (`uncached`), to compare the cached path against. Import `device` into a
 test module to use it as a fixture."""
+import shutil
+import subprocess
 import types
 
 import pytest
@@ -100,3 +102,15 @@ def launched(log: list) -> list:
            in log]
     log.clear()
     return out
+
+
+def c_library(tmp_path, source: str):
+    """`source` (C) built into tmp_path/stub.so: a launcher stand-in for the ctypes path
+    (skips where no C compiler is found)."""
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler for the .so stand-in")
+    (tmp_path / "stub.c").write_text(source)
+    lib = tmp_path / "stub.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c")],
+                   check=True)
+    return lib

@@ -27,7 +27,7 @@ from gemmforge.ir.schema import backend_schema, to_json
 from gemmforge.ir.space import Space
 from gemmforge.torch_op import launch_address
 from launch_stand_ins import (  # noqa: F401 (device is a fixture)
-    A, B, C, WS, device, launched, triton_kernel, uncached,
+    A, B, C, WS, c_library, device, launched, triton_kernel, uncached,
 )
 
 WGMMA = "cuda_wgmma sm_90a 128x128x64 w1x1 s4 sw128 row/1 pred k1 dp c1x1 coop direct"
@@ -205,13 +205,7 @@ size_t gemmforge_workspace_bytes(int m, int n, int k) { return 64; }
 
 @pytest.fixture
 def bias_library(tmp_path):
-    if not shutil.which("cc"):
-        pytest.skip("no C compiler for the .so stand-in")
-    (tmp_path / "stub.c").write_text(STUB_C)
-    lib = tmp_path / "stub.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c")],
-                   check=True)
-    return lib
+    return c_library(tmp_path, STUB_C)
 
 
 def _host_kernel(lib, meta: dict):

@@ -3,8 +3,6 @@ operands' pointers, sizes, a workspace asked for once per size and the stream; i
 is bounded; its checks keep their messages; and a compiled C stand-in for a `cuda_so`
 library receives exactly what `Kernel.launch` passes."""
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ import torch
 from gemmforge.compiler import runtime as core
 from gemmforge.compiler.values import Artifact
 from gemmforge.ir.program import Accum, Layout
-from launch_stand_ins import A, B, C, WS
+from launch_stand_ins import A, B, C, WS, c_library
 
 
 @pytest.fixture
@@ -137,13 +135,7 @@ size_t gemmforge_workspace_bytes(int m, int n, int k) { ++sizes_asked; return 64
 
 @pytest.fixture
 def stub_library(tmp_path):
-    if not shutil.which("cc"):
-        pytest.skip("no C compiler for the .so stand-in")
-    (tmp_path / "stub.c").write_text(STUB_C)
-    lib = tmp_path / "stub.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c")],
-                   check=True)
-    return lib
+    return c_library(tmp_path, STUB_C)
 
 
 def test_shared_library_launch_and_workspace(stub_library, cpu_operands):

@@ -94,8 +94,7 @@ LLM_OPTIONS = ("--llm-url", "--llm-model", "--llm-dataset", "--llm-timeout", "--
                "--llm-adapter", "--llm-engine", "--llm-reply")
 POLICY_OPTIONS = {"llm": LLM_OPTIONS, "learned": ("--checkpoint",)}
 NOT_QUICK = ("--budget", "--seconds", "--batch", "--policy", "--checkpoint", *LLM_OPTIONS,
-             "--llm-examples", "--gpus", "--concurrent", "--protocols", "--confirm",
-             "--report", "--report-dir")
+             "--llm-examples", "--gpus", "--concurrent", "--protocols", "--confirm")
 """Options `tune --quick` has no use for: it times a fixed handful of candidates per shape."""
 
 
