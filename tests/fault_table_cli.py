@@ -135,7 +135,7 @@ def _others() -> list[Row]:
     q = ("tune", "--quick", "--shapes", "64x64x64", *R)
     rows = [Row(f"tune --quick {o}", (*q, o, v), 2) for o, v in (
         ("--budget", "5"), ("--batch", "4"), ("--policy", "random"), ("--seconds", "9"),
-        ("--confirm", "2"), ("--protocols", "kernel"), ("--report", "r"), ("--gpus", "1"))]
+        ("--confirm", "2"), ("--protocols", "kernel"), ("--gpus", "1"))]
     rows += [Row(f"tune {o} without --policy llm", (*TUNE, o, v), 2) for o, v in (
         ("--llm-url", "http://127.0.0.1:1"), ("--llm-model", "m"), ("--llm-dataset", "d.jsonl"),
         ("--llm-adapter", "a"), ("--llm-engine", "transformers"), ("--llm-reply", "text"),
