@@ -196,7 +196,8 @@ def cuda_devices(name: str, needed: int, hint: str = "") -> None:
 
 def storage(url: str, name: str = "--storage") -> str:
     """A storage URL that opens: ':memory:', or an SQLAlchemy URL whose dialect loads, whose
-    SQLite folder can be written and whose server answers (Failure if it doesn't)."""
+    SQLite folder can be written and whose server answers (Failure if it doesn't). A
+    new SQLite file is not created here: the command that writes it does."""
     if url == ":memory:":
         return url
     import sqlalchemy
@@ -207,16 +208,10 @@ def storage(url: str, name: str = "--storage") -> str:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _sqlite_folder(name, Path(parsed.database))
-        sqlite_file(name, Path(parsed.database))
-    connect_args = ({"connect_timeout": STORAGE_CONNECT_TIMEOUT_S}
-                    if parsed.get_backend_name() == "postgresql" else {})
-    try:
-        engine = sqlalchemy.create_engine(parsed, connect_args=connect_args)
-    except sqlalchemy.exc.NoSuchModuleError:
-        raise UsageError(f"{name}: {shown!r}: no SQLAlchemy dialect "
-                         f"{parsed.drivername!r} ({STORAGE_EXAMPLES})") from None
-    except ImportError as e:
-        raise UsageError(f"{name}: {shown!r}: its driver is not installed ({e})") from None
+        if not sqlite_file(name, Path(parsed.database)).expanduser().exists():
+            _dialect(name, parsed, shown).dispose()
+            return url  # opening it would create an empty file a failed command leaves behind
+    engine = _dialect(name, parsed, shown)
     try:
         with engine.connect():
             pass
@@ -226,6 +221,21 @@ def storage(url: str, name: str = "--storage") -> str:
     finally:
         engine.dispose()
     return url
+
+
+def _dialect(name: str, parsed, shown: str):
+    """An SQLAlchemy engine for `parsed` (nothing connects yet); UsageError where its
+    dialect or driver is missing."""
+    import sqlalchemy
+    connect_args = ({"connect_timeout": STORAGE_CONNECT_TIMEOUT_S}
+                    if parsed.get_backend_name() == "postgresql" else {})
+    try:
+        return sqlalchemy.create_engine(parsed, connect_args=connect_args)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise UsageError(f"{name}: {shown!r}: no SQLAlchemy dialect "
+                         f"{parsed.drivername!r} ({STORAGE_EXAMPLES})") from None
+    except ImportError as e:
+        raise UsageError(f"{name}: {shown!r}: its driver is not installed ({e})") from None
 
 
 def sqlite_file(name: str, path: Path) -> Path:

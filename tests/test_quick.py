@@ -179,13 +179,16 @@ def test_cli_quick_bad_input(capsys, argv, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_cli_quick_without_gpu_or_replay(capsys):
+def test_cli_quick_without_gpu_or_replay(capsys, tmp_path, monkeypatch):
     import torch
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the quick tune would run on it")
-    code, out, err = _run(capsys, "tune", "--quick", "--shapes", "77x4096x4096")
-    assert code == 2 and "needs a CUDA GPU" in err and "--replay synthetic" in err
-    assert "Traceback" not in err
+    db = tmp_path / "tuning.db"
+    monkeypatch.setenv("GEMMFORGE_TUNE_DB", f"sqlite:///{db}")
+    for _ in range(2):  # the refusal leaves no empty database behind to refuse the next run
+        code, out, err = _run(capsys, "tune", "--quick", "--shapes", "77x4096x4096")
+        assert code == 2 and "needs a CUDA GPU" in err and "--replay synthetic" in err
+        assert "Traceback" not in err and not db.exists()
 
 
 class AfterRunner(CountingRunner):
