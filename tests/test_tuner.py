@@ -159,6 +159,47 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.WAITING
 
 
+_ASK_AND_DIE = textwrap.dedent("""
+    import os, signal, sys, optuna
+    from gemmforge.search.tune.studies import open_storage
+    study = optuna.load_study(study_name="asked", storage=open_storage(sys.argv[1], 1, 600))
+    study.ask()  # the queued trial
+    study.ask()  # a new one
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+_LIVE_TUNER = ("import time; from gemmforge.search.tune.studies import owner_tag; "
+               "print(owner_tag(), flush=True); time.sleep(120)")
+
+
+def test_a_process_killed_right_after_ask_leaves_trials_it_owns(tmp_path):
+    """The storage writes a trial's owner as the trial starts running (popped from the
+    queue, or new), before the sampler runs inside `ask`: a process killed before the
+    tuner's first call after `ask` leaves no ownerless RUNNING trial, and the next tuner
+    fails its trials at once although another tuner of the study lives and the grace
+    period is 600 s."""
+    from gemmforge.search.tune.studies import (OWNER_ATTR, TUNER_PREFIX, fail_stale_trials,
+                                               open_storage)
+    url, env = _url(tmp_path), dict(os.environ, PYTHONPATH=str(ROOT))
+    study = optuna.create_study(storage=open_storage(url, 1, 600), study_name="asked")
+    study.enqueue_trial({"x": 1})
+    live = subprocess.Popen([sys.executable, "-c", _LIVE_TUNER], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        study.set_user_attr(TUNER_PREFIX + live.stdout.readline().strip(), True)
+        dead = subprocess.Popen([sys.executable, "-c", _ASK_AND_DIE, url], env=env)
+        assert dead.wait(timeout=120) == -signal.SIGKILL
+        running = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+        assert len(running) == 2
+        assert {t.user_attrs.get(OWNER_ATTR, "").split(":")[1:2] == [str(dead.pid)]
+                for t in running} == {True}
+        fail_stale_trials(study)
+        assert {t.state for t in study.trials if t.number in {r.number for r in running}} \
+            == {optuna.trial.TrialState.FAIL}
+    finally:
+        live.kill()
+        live.wait()
+
+
 class _Overlapping(replay.ReplayRunner):
     """Counts how many evaluate calls run at once."""
 

@@ -14,6 +14,12 @@ from datetime import datetime
 from .studies import fail_stale_trials
 
 
+class Batch(list):
+    """The (trial, program, source) a worker asked for and will measure; `surplus`: asking
+    stopped short because other workers' candidates fill the budget."""
+    surplus = False
+
+
 def fail_stale(study) -> int:
     """Fail and re-enqueue the trials stopped runs left RUNNING; how many there were."""
     from optuna.trial import TrialState

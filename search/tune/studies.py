@@ -112,15 +112,20 @@ def _storage_class():
     import optuna
 
     class HeartbeatStorage(optuna.storages.RDBStorage):
-        """RDBStorage that also counts as stale, at once, a RUNNING trial whose owner (user
-        attr OWNER_ATTR) is a process of this host that has ended (a rerun after kill -9
-        re-queues its trials without waiting out the grace period), or that has no owner
-        yet (killed between `ask` and its claim) while no other tuner of the study (study
-        user attrs TUNER_PREFIX + owner tag) lives; and a RUNNING trial
-        that never sent a heartbeat and started more than the grace period ago: a process
-        killed between `ask` and its first heartbeat leaves such a trial, which optuna
-        alone would keep RUNNING forever. (A live tuner records the first heartbeat right
-        after `ask`.) A waiting trial starts running for one process only (`_claim`)."""
+        """RDBStorage whose trials carry their owner (user attr OWNER_ATTR, owner_tag())
+        from the moment they start running: a new trial is written with it and a waiting
+        one gets it in the same transaction that claims it (`_claim`), so no kill, however
+        early, leaves a RUNNING trial no one owns. (Set after `ask`, the owner would be missing
+        while the sampler runs inside `ask`; a kill then leaves a trial that two tuners
+        starting together each take for the other's and count against the budget.)
+        Counts as stale, at once, a RUNNING trial whose owner is a process of this host
+        that has ended (a rerun after kill -9 re-queues its trials without waiting out the
+        grace period), or that has no owner (written by an older version) while no other
+        tuner of the study (study user attrs TUNER_PREFIX + owner tag) lives; and a
+        RUNNING trial that never sent a heartbeat and started more than the grace period
+        ago, which optuna alone would keep RUNNING forever. (A live tuner records the
+        first heartbeat right after `ask`.) A waiting trial starts running for one
+        process only (`_claim`)."""
 
         def set_trial_state_values(self, trial_id: int, state, values=None) -> bool:
             from optuna.trial import TrialState
@@ -139,12 +144,29 @@ def _storage_class():
             import sqlalchemy
             from optuna.storages._rdb import models
             from optuna.trial import TrialState
+            from optuna.storages._rdb.storage import _create_scoped_session
             t = models.TrialModel.__table__
             stmt = (sqlalchemy.update(t).where(t.c.trial_id == trial_id,
                                                t.c.state == TrialState.WAITING)
                     .values(state=TrialState.RUNNING, datetime_start=datetime.now()))
-            with self.engine.begin() as conn:
-                return conn.execute(stmt).rowcount == 1
+            with _create_scoped_session(self.scoped_session) as session:
+                if session.execute(stmt).rowcount != 1:
+                    return False
+                self._own(session, trial_id)
+            return True
+
+        def _get_prepared_new_trial(self, study_id: int, template_trial, session):
+            """A new trial; one that `ask` creates (no template) starts owned."""
+            trial = super()._get_prepared_new_trial(study_id, template_trial, session)
+            if template_trial is None:
+                session.flush()
+                self._own(session, trial.trial_id)
+            return trial
+
+        def _own(self, session, trial_id: int) -> None:
+            from optuna.storages._rdb import models
+            self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
+                                                trial_id, OWNER_ATTR, owner_tag())
 
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             from datetime import datetime, timedelta

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 from ...ir.program import Problem
 from ...ir.space import Space
 from . import study_spaces
-from .candidate_trials import claim, fail_stale, known_programs, reject, requeue
+from .candidate_trials import Batch, claim, fail_stale, known_programs, reject, requeue
 from ..measure.env import WORST_REWARD, reward
 from ..measure.records import Result
 from ..measure.runners import HarnessRunner, Runner, archs_for_sm  # noqa: F401 (re-exported)
@@ -164,6 +164,10 @@ class Tuner:
                 requeue(study, batch, self.stop.reason)
                 self.stop.check()
             if not batch:
+                # other workers' candidates fill the budget (surplus), or every ask was
+                # invalid or a duplicate: either way the outcome waits for those in flight
+                if self._settle(study) and batch.surplus:
+                    continue
                 break
             self._measure(study, problem, batch, timing)
         outcome = replace(self.outcome(study, problem), timing=timing, requeued=requeued)
@@ -172,26 +176,27 @@ class Tuner:
         return self._confirm(study, problem, outcome) if self.settings.confirm else outcome
 
     def _settle(self, study) -> bool:
-        """With this worker's share of the budget taken: wait while other live workers
-        still measure candidates of the study, up to `grace_s`, so the outcome counts the
-        budget as the storage will hold it. True when there may be room again: a killed
-        worker's candidates (their owner gone) were failed and queued again, or the others'
-        candidates ended without filling the budget."""
+        """With no candidate of this worker's own in flight: wait while other workers'
+        trials run (asked, claimed or being measured), up to `grace_s`, so the outcome
+        counts the budget as the storage will hold it. True when there may be room again:
+        a killed worker's trials (their owner gone, or silent past the grace period) were
+        failed and queued again, or the others' trials ended without filling the budget."""
         from optuna.trial import TrialState
         from .studies import owner_gone
         deadline = time.monotonic() + self.settings.grace_s
-        while time.monotonic() < deadline:
+        while True:
             if self.stop is not None and self.stop.is_set():
                 return False
-            running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                       if t.user_attrs.get("candidate")]
-            owners = [t.user_attrs.get(OWNER_ATTR, "") for t in running]
-            if any(owner_gone(o) for o in owners) and fail_stale(study):
+            owners = [t.user_attrs.get(OWNER_ATTR, "") for t in
+                      study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+            others = [o for o in owners if o != self._owner]
+            if any(not o or owner_gone(o) for o in others) and fail_stale(study):
                 return True
-            if not any(o and o != self._owner for o in owners):
+            if not others:
                 return self._room(study) > 0
+            if time.monotonic() >= deadline:
+                return fail_stale(study) > 0  # stale by now if their heartbeats stopped
             time.sleep(AWAIT_POLL_S)
-        return False
 
     def _shield(self):
         from contextlib import nullcontext
@@ -265,11 +270,13 @@ class Tuner:
             study.enqueue_trial(space.params(program), skip_if_exists=True,
                                 user_attrs={"source": self.policy.name, "program": str(program)})
 
-    def _ask(self, study, space: Space, problem: Problem, room: int) -> list[tuple]:
+    def _ask(self, study, space: Space, problem: Problem, room: int) -> Batch:
         """Up to `room` (trial, program, source) to measure; invalid and duplicate asks are
-        told at once; after max_rejects of them in a row a random legal program is queued."""
+        told at once; after max_rejects of them in a row a random legal program is queued.
+        The batch's `surplus` says it stopped short because other workers' earlier
+        candidates fill the budget."""
         from ...ir.verify import check
-        known, batch, rejects = known_programs(study), [], 0
+        known, batch, rejects = known_programs(study), Batch(), 0
         for _ in range(room * self.settings.max_rejects * 4):
             if len(batch) == room:
                 break
@@ -277,8 +284,8 @@ class Tuner:
                 warnings.filterwarnings("ignore", message="Heartbeat of storage")
                 trial = study.ask()
             if hasattr(self.storage, "record_heartbeat"):  # so a killed run's asks go stale
+                # (the storage wrote the trial with its owner: a rerun here fails it at once)
                 self.storage.record_heartbeat(trial_id(trial))
-            trial.set_user_attr(OWNER_ATTR, self._owner)  # so a rerun here fails it at once
             program = space.suggest(trial)
             text, source = str(program), trial.user_attrs.get("source", "sampler")
             # mark it a candidate at once, before verify: other workers settle duplicates
@@ -299,6 +306,7 @@ class Tuner:
             known[text] = None
             verdict = claim(study, trial, text, self.settings.budget.trials)
             if verdict == "surplus":
+                batch.surplus = True
                 break
             if verdict == "ok":
                 batch.append((trial, program, source))
