@@ -160,7 +160,7 @@ def _wait_for_progress(procs, db: Path, url: str, seen: int) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow  # about 5 minutes on 2 busy cores: 22 worker processes start
+@pytest.mark.slow  # 22 worker processes start: 25 s on 2 idle cores, 35-75 s beside 2 CPU hogs
 def test_two_tunes_killed_at_20_points_lose_nothing_and_measure_nothing_twice(tmp_path):
     """Two workers share one SQLite study; each round both start and both are killed at
     random moments (two kill points a round), until the last round runs to the end.

@@ -200,6 +200,30 @@ def test_a_process_killed_right_after_ask_leaves_trials_it_owns(tmp_path):
         live.wait()
 
 
+def test_an_ownerless_running_trial_is_failed_after_the_grace_and_the_budget_fills(tmp_path):
+    """A RUNNING trial with no owner (asked through optuna's own storage, as an older
+    version's kill left them) while another tuner of the study lives: the tuner can't tell
+    it from that tuner's, so it waits the grace period out, then fails it and measures the
+    budget in full rather than count the trial against it."""
+    url, env = _url(tmp_path), dict(os.environ, PYTHONPATH=str(ROOT))
+    settings = TuneSettings(budget=Budget(12), **SETTINGS)
+    tuner = Tuner(replay.ReplayRunner(archs=ARCHS), HeuristicPolicy(), url, settings)
+    name = tuner.study(PROBLEM).study_name
+    plain = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(url))
+    live = subprocess.Popen([sys.executable, "-c", _LIVE_TUNER], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        plain.set_user_attr("tuner:" + live.stdout.readline().strip(), True)
+        orphan = plain.ask().number
+        assert tuner.tune(PROBLEM).measured == 12
+    finally:
+        live.kill()
+        live.wait()
+    states = {t.number: t.state for t in plain.trials}
+    assert states[orphan] == optuna.trial.TrialState.FAIL
+    assert optuna.trial.TrialState.RUNNING not in set(states.values())
+
+
 class _Overlapping(replay.ReplayRunner):
     """Counts how many evaluate calls run at once."""
 
