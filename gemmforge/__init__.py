@@ -25,6 +25,7 @@ from importlib import metadata as _metadata
 from .ir.capabilities import table as _capabilities
 from .ir.program import Problem, Program
 from .ir.text import parse
+from . import torch_hint as _torch_hint
 
 try:
     __version__ = _metadata.version("gemmforge")
@@ -40,6 +41,7 @@ def _import_backends() -> None:
 
 
 _capabilities.on_first_use(_import_backends)
+_torch_hint.install()  # torch.ops.gemmforge.mm before load_op() says to call it
 
 _LAZY = {
     "compile": ("gemmforge.backends.pipeline", "compile"),

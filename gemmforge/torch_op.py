@@ -6,6 +6,10 @@
     c = torch.ops.gemmforge.mm(a, b)         # the op alone: registered shapes run gemmforge's
                                              # kernel, any other input torch.matmul (warned once)
 
+Before load_op() the namespace has no ops; `torch.ops.gemmforge.mm` then raises an
+AttributeError that says to call load_op() first (gemmforge.torch_hint, set up by `import
+gemmforge`).
+
 The operator lives in `csrc/gemmforge_op.cpp` (TORCH_LIBRARY: no Python on the call path),
 built with torch.utils.cpp_extension.load on first use into
 `<GEMMFORGE_CACHE_DIR>/torch_op/<hash of the source and torch's version>` and loaded from

@@ -177,6 +177,43 @@ def test_matmul_traces_fullgraph_to_the_op(mm, monkeypatch):
     assert len(graphs) == 1
 
 
+_BEFORE_LOAD_OP = """
+import sys
+if sys.argv[1] == "gemmforge-first":
+    import gemmforge
+    assert "torch" not in sys.modules  # the hint waits for torch's import
+    import torch
+else:
+    import torch
+    import gemmforge
+a = torch.ones(4, 4, dtype=torch.float16)
+try:
+    torch.ops.gemmforge.mm(a, a)
+except AttributeError as e:
+    print(e)
+assert not hasattr(torch.ops.gemmforge, "_register")
+assert gemmforge.load_op() is torch.ops.gemmforge.mm
+assert torch.equal(torch.ops.gemmforge.mm(a, a), a @ a)
+print("ok")
+"""
+
+
+@needs_compiler
+@pytest.mark.parametrize("order", ["gemmforge-first", "torch-first"])
+def test_the_op_before_load_op_says_to_call_it_and_registers_after(mm, order):
+    """`import gemmforge`, before or after torch: torch.ops.gemmforge.mm before load_op()
+    is an AttributeError that says to call it, in one line; load_op() then registers the
+    C++ op as usual and the namespace serves it."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _BEFORE_LOAD_OP, order], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "torch.ops.gemmforge.mm is not registered yet: call gemmforge.load_op() first "
+        "(it builds the op once and registers it)", "ok"]
+
+
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler here")
 def test_builds_without_ninja(tmp_path):
     """Where ninja is missing (cpp_extension.load needs it), one c++ call builds the same
