@@ -27,17 +27,31 @@ def _data_files() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel_names(tmp_path_factory) -> set[str]:
+def wheel_build(tmp_path_factory) -> tuple[set[str], str]:
+    """The wheel's file names, and the build's output (-v: setuptools' warnings in it)."""
     out = tmp_path_factory.mktemp("wheel")
     build = tmp_path_factory.mktemp("build")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                           "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+                           "--no-build-isolation", "-v", "-w", str(out), str(ROOT)],
                           capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "TMPDIR": str(build)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("gemmforge-*.whl")
     with zipfile.ZipFile(wheel) as z:
-        return set(z.namelist())
+        return set(z.namelist()), proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel_build) -> set[str]:
+    return wheel_build[0]
+
+
+def test_the_build_names_every_folder_it_installs(wheel_build):
+    """Every folder the wheel takes files from is in pyproject.toml's packages: setuptools
+    warns of none left out (it would warn once per data folder, on every install)."""
+    absent = [line.strip() for line in wheel_build[1].splitlines()
+              if "is absent from the `packages` configuration" in line]
+    assert not absent, absent
 
 
 def test_the_wheel_holds_every_data_file(wheel_names):
