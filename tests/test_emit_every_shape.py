@@ -2,7 +2,8 @@
 and layout: where the shipped winner's backend can't write a standalone file (Triton) the
 best program of a backend that can serves, and the provenance line says so. Emitted names
 carry the layout and accumulator; a different file of the same name is never replaced
-silently. Lowering only here; the nvcc tier builds a few of the files."""
+silently. Lowering only here; tests/test_emit_builds.py (the nvcc tier) builds every distinct
+file."""
 import contextlib
 import io
 import json
@@ -101,21 +102,3 @@ def test_a_given_triton_program_is_refused_naming_the_emitters(tmp_path):
     code, _, err = _emit("--shape", "1024x1024x1024", "-o", str(tmp_path), "--program",
                          "triton sm_90a 128x128x64 w2x2 s3 sw128 row/8 pred k1 dp c1x1 nows direct")
     assert code == 2 and "cuda_wgmma" in err and "triton can't emit" in err
-
-
-SAMPLE = [("h100", "1000x4096x333", "nn"), ("h200", "128x128x128", "nn"),
-          ("h100", "4096x4096x4096", "nt")]
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("cls, shape, layout", SAMPLE)
-def test_emitted_files_build(tmp_path, cls, shape, layout):
-    """A few emitted files, Triton winners swapped among them, build as shared libraries."""
-    from gemmforge.compiler import nvcc
-    m, n, k = map(int, shape.split("x"))
-    problem = Problem(m, n, k, layout, "f32")
-    program, _ = choose_program(problem, Arch.SM90A, None, cls)
-    path = emit(problem, program, tmp_path)
-    flags = [*nvcc.gencode(program.arch), *registry.get(program.backend).nvcc_flags(program)]
-    nvcc.compile_cuda(path, path.with_suffix(".so"), flags)
-    assert path.with_suffix(".so").stat().st_size > 0
