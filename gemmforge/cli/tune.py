@@ -23,9 +23,11 @@ in parallel) and may tune `--concurrent` shapes at once (default 1; more threads
 one shape's builds with another's measurements, but contend for the Python interpreter and
 the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candidates per
 GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
-(`--protocols`, the reward's protocol); the best `--confirm` are timed again together, below
-the large class after another kernel too (with each pdl one's twin without pdl), and the best
-there is recorded (search.tune.confirm); `gemmforge bench` times the winners with all.
+(`--protocols`, the reward's protocol); the best `--confirm` are timed again together with
+the program the resolver served before the tune and the tuned entry, beside cuBLAS, below
+the large class after another kernel too (with each pdl one's twin without pdl), and only
+the best there is recorded (search.tune.confirm; where it reads slower than cuBLAS, `matmul`
+then calls cuBLAS); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
 (search.measure.report) in the current directory or `--report-dir`. The studies open in
 optuna-dashboard:
@@ -139,11 +141,17 @@ def model_shapes(args) -> None:
         raise UsageError("--model and --shapes: give one of them")
     if args.layout not in ("nn", "nt"):
         raise UsageError(f"--layout: {args.layout!r} is not nn or nt")
-    from ..model_layers import model_problems
+    from ..model_layers import layer_problems, model_layers
+    from ..torch_op import bucket
     tokens = arguments.positive_ints("--tokens", args.tokens or DEFAULT_TOKENS)
-    problems = model_problems(args.model, tokens)
+    layers = model_layers(args.model)
+    problems = layer_problems(layers, tokens, args.model)
     args.shapes = ",".join(f"{p.m}x{p.n}x{p.k}" for p in problems)
     args.layout = "nt"
+    buckets = sorted({bucket(t) for t in tokens})
+    print(f"{args.model}: {len(layers)} layer shapes n x k ({', '.join(map(str, layers))}; "
+          f"bias: patch runs the program's bias twin) at token buckets "
+          f"{', '.join(map(str, buckets))}: {len(problems)} shapes")
 
 
 DEFAULT_TOKENS = "1,16,64,256,1024,4096"
@@ -283,8 +291,9 @@ def add_to(sub) -> None:
                    help="timing protocols per candidate, comma list of kernel,cold,call,"
                         "server (kernel: the reward; the others cost GPU time)")
     t.add_argument("--confirm", type=int, default=3,
-                   help="after the budget, time the best N again together and record the "
-                        "winner's figures (0: keep the best single reading)")
+                   help="after the budget, time the best N again together with what served "
+                        "before the tune, and record only the winner (0: record each best "
+                        "single reading)")
     t.add_argument("--seed", type=int)
     t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
                                     "instead of a GPU")
