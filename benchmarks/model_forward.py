@@ -3,8 +3,9 @@
     python3 benchmarks/model_forward.py --models llama,qwen2,mistral,gemma \\
         --tokens 1,16,64,256,1024,4096 --modes eager,graph,compile --tuned no --csv model_forward.csv
     python3 benchmarks/model_forward.py --plan --tuned yes      # the rows and layers, no GPU
+    python3 benchmarks/model_forward.py --plan --configs cfg    # cfg/llama.json ... for tune --model
 
-Per model family (random weights, fp16, batch 1, `--layers` decoder layers of the family's 7-8B
+Per model family (random weights, fp16, batch 1, `--layers` decoder layers of the family's 7-9B
 dimensions, the family's own transformers code): one model, and a deep copy of it patched
 (same weights). Per token count T and mode: eager calls, one CUDA graph per side (captured
 after a warm-up), or `torch.compile(fullgraph=True)` of each side; `--rounds` rounds, each
@@ -17,9 +18,9 @@ patched) and programs (how many distinct buckets run a program of ours rather th
 
 `--tuned no` runs with an empty tuned database (GEMMFORGE_TUNE_DB pointed at a fresh file):
 the shipped file alone serves. `--tuned yes` runs with the user's (GEMMFORGE_TUNE_DB or the
-default), which must hold entries for the GPU (`gemmforge tune --model`, whose config.json the
-family's dimensions below give: `--plan` prints each family's layer shapes). `--plan` prints
-the (model, T, mode, tuned) of every row it would write and needs no GPU.
+default), which must hold entries for the GPU: `gemmforge tune --model cfg/llama.json` after
+`--plan --configs cfg` wrote each family's config.json. `--plan` prints the (model, T, mode,
+tuned) of every row it would write and each family's layer shapes, and needs no GPU.
 
 `--host N` times the eager host cost of one Linear instead, nn.Linear against a patched one,
 at N small shapes (bias on every other), paired, each call synchronised.
@@ -34,7 +35,8 @@ import sys
 import time
 
 FAMILIES = {
-    # name: (config class, keyword arguments: the 7-8B model's dimensions)
+    # name (its transformers model_type): (config class, keyword arguments: the 7-9B model's
+    # dimensions)
     "llama": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                                   num_key_value_heads=8, vocab_size=128256)),
     "qwen2": ("Qwen2Config", dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
@@ -221,6 +223,8 @@ def parse(argv=None):
     ap.add_argument("--csv", default="model_forward.csv")
     ap.add_argument("--host", type=int, default=0, help="time N small Linear shapes' host cost instead")
     ap.add_argument("--plan", action="store_true", help="print the rows and layer shapes; no GPU")
+    ap.add_argument("--configs", help="with --plan: write each family's config.json here, "
+                                      "as <family>.json (for gemmforge tune --model)")
     args = ap.parse_args(argv)
     args.models, args.modes = args.models.split(","), args.modes.split(",")
     bad = ([f"model {m!r}" for m in args.models if m not in FAMILIES]
@@ -241,11 +245,19 @@ def parse(argv=None):
 
 
 def print_plan(args) -> None:
-    """Each family's layer shapes (gemmforge.model_layers, from its config) and the rows."""
+    """Each family's layer shapes (gemmforge.model_layers, from its config) and the rows;
+    with --configs, each family's config.json written there."""
+    import json
+    from pathlib import Path
     from gemmforge.model_layers import config_layers
     for family in args.models:
         shapes = config_layers(config_dict(family, args.layers), family)
         print(f"layers {family}: {' '.join(str(s).replace(' ', '+') for s in shapes)}")
+        if args.configs:
+            path = Path(args.configs) / f"{family}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(config_dict(family, args.layers), indent=2) + "\n")
+            print(f"wrote {path}")
     for row in plan(args):
         print(f"row {row['model']},{row['tokens']},{row['mode']},{row['tuned']}")
 

@@ -49,6 +49,15 @@ def test_the_families_have_the_published_models_layers():
         assert layers[family].split() == [str(s).replace(" ", "+") for s in published], family
 
 
+def test_the_configs_it_writes_are_what_tune_model_reads(tmp_path):
+    done = _plan("--models", "qwen2,gemma", "--configs", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    from gemmforge.model_layers import model_layers
+    for family in ("qwen2", "gemma"):
+        published = config_layers(json.loads((CONFIGS / PUBLISHED[family]).read_text()))
+        assert model_layers(str(tmp_path / f"{family}.json")) == published
+
+
 @pytest.mark.parametrize("args, message", [
     (("--models", "llama,gpt2"), "model 'gpt2'"),
     (("--modes", "eager,jit"), "mode 'jit'"),
