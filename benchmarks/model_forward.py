@@ -2,8 +2,9 @@
 
     python3 benchmarks/model_forward.py --models llama,qwen2,mistral --tokens 1,16,64,256,1024,4096 \\
         --modes eager,graph --tuned no --csv model_forward.csv
+    python3 benchmarks/model_forward.py --dtype bf16 --csv model_forward_bf16.csv   # bf16 weights
 
-Per model family (random weights, fp16, batch 1, `--layers` decoder layers of the family's 7-8B
+Per model family (random weights, fp16 or `--dtype bf16`, batch 1, `--layers` decoder layers of the family's 7-8B
 dimensions, the family's own transformers code): one model, and a deep copy of it patched
 (same weights). Per token count T and mode: eager calls, one CUDA graph per side (captured
 after a warm-up), or `torch.compile(fullgraph=True)` of each side; `--rounds` rounds, each
@@ -12,7 +13,9 @@ between rounds); a row's figures are medians over the rounds, speedup = the medi
 per-round stock/gemmforge ratios. The forward computes the last position's logits only
 (`logits_to_keep=1`, as generation does) and no KV cache. One CSV row per (model, T, mode,
 tuned): stock_ms, gemmforge_ms, speedup, spread (the rounds' min and max ratio), routed (layers
-patched) and programs (how many distinct buckets run a program of ours rather than cuBLAS).
+patched), programs (how many distinct buckets run a program of ours rather than cuBLAS) and
+dtype (f16 or bf16: the weights' and activations', the stock side's cuBLAS included). A file
+written before the dtype column is not appended to (another --csv).
 
 `--host N` times the eager host cost of one Linear instead, nn.Linear against a patched one,
 at N small shapes (bias on every other), paired, each call synchronised.
@@ -38,18 +41,24 @@ FAMILIES = {
                                   num_key_value_heads=16, head_dim=256, vocab_size=256000)),
 }
 COLUMNS = ["model", "tokens", "mode", "tuned", "stock_ms", "gemmforge_ms", "speedup", "min_ratio",
-           "max_ratio", "routed", "programs", "device"]
+           "max_ratio", "routed", "programs", "device", "dtype"]
+DTYPES = {"f16": "float16", "bf16": "bfloat16"}  # --dtype -> torch's name
+MAX_ERROR = {"f16": 2e-2, "bf16": 1e-1}
+"""Default --max-error, patched against stock logits: a guard against wrong answers. bf16
+keeps 8 bits of mantissa to fp16's 11 (8x the roundoff), and two orders of summation drift
+apart layer by layer."""
 
 
-def build(family: str, layers: int):
-    """The family's causal LM with random fp16 weights on the GPU."""
+def build(family: str, layers: int, dtype: str = "f16"):
+    """The family's causal LM with random weights of `dtype` (f16 or bf16) on the GPU."""
     import torch
     import transformers
     name, dims = FAMILIES[family]
     config = getattr(transformers, name)(num_hidden_layers=layers, **dims)
     config._attn_implementation = "sdpa"
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+        model = transformers.AutoModelForCausalLM.from_config(config,
+                                                              dtype=getattr(torch, DTYPES[dtype]))
     return model.eval()
 
 
@@ -117,7 +126,8 @@ def check_same(stock_model, ours_model, ids) -> float:
 def run_family(family: str, args, device: str, writer) -> None:
     import torch
     import gemmforge
-    stock = build(family, args.layers)
+    from gemmforge.torch_op import DTYPE_CODES
+    stock = build(family, args.layers, args.dtype)
     ours = copy.deepcopy(stock)
     start = time.time()
     report = gemmforge.patch(ours, tokens=args.tokens)
@@ -129,12 +139,14 @@ def run_family(family: str, args, device: str, writer) -> None:
             if err > args.max_error:
                 raise SystemExit(f"{family} T={t}: patched logits differ from stock by {err:.2e}")
             programs = sum(1 for n, k in report.shapes
-                           if torch.ops.gemmforge._registered(t, n, k, 1, 0) not in ("", "cublas"))
+                           if torch.ops.gemmforge._registered(t, n, k, 1, DTYPE_CODES[args.dtype], 0)
+                           not in ("", "cublas"))
             for mode in args.modes:
                 row = compare(runner(stock, ids, mode), runner(ours, ids, mode), args.rounds,
                               args.iters if t < 1024 or mode == "graph" else max(2, args.iters // 4))
                 row.update(model=family, tokens=t, mode=mode, tuned=args.tuned,
-                           routed=len(report.routed), programs=programs, device=device)
+                           routed=len(report.routed), programs=programs, device=device,
+                           dtype=args.dtype)
                 writer.writerow({c: (f"{row[c]:.4f}" if isinstance(row[c], float) else row[c])
                                  for c in COLUMNS})
                 print(f"{family:8} T={t:5} {mode:7} stock {row['stock_ms']:8.3f} ms  gemmforge "
@@ -145,7 +157,7 @@ def run_family(family: str, args, device: str, writer) -> None:
     torch.cuda.empty_cache()
 
 
-def host_cost(shapes: int, rounds: int) -> None:
+def host_cost(shapes: int, rounds: int, dtype: str = "f16") -> None:
     """Eager host cost per call of nn.Linear against a patched one (module doc)."""
     import random
     import torch
@@ -154,10 +166,11 @@ def host_cost(shapes: int, rounds: int) -> None:
     ratios = []
     for i in range(shapes):
         n, k = rng.choice([64, 128, 256, 512]), rng.choice([64, 128, 256])
-        layer = torch.nn.Linear(k, n, bias=i % 2 == 0, device="cuda", dtype=torch.float16)
+        layer = torch.nn.Linear(k, n, bias=i % 2 == 0, device="cuda",
+                                dtype=getattr(torch, DTYPES[dtype]))
         patched = copy.deepcopy(layer)
         gemmforge.patch(patched, tokens=[rng.choice([1, 8, 16])])
-        x = torch.randn(1, rng.choice([1, 8, 16]), k, device="cuda", dtype=torch.float16)
+        x = torch.randn(1, rng.choice([1, 8, 16]), k, device="cuda", dtype=layer.weight.dtype)
         with torch.no_grad():
             times = {"stock": [], "ours": []}
             for r in range(rounds):
@@ -185,16 +198,23 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tuned", default="no", help="the CSV's `tuned` column: no or yes")
-    ap.add_argument("--max-error", type=float, default=2e-2, help="patched vs stock logits")
+    ap.add_argument("--dtype", default="f16", help="weights and activations: f16 or bf16")
+    ap.add_argument("--max-error", type=float, help="patched vs stock logits (default: "
+                    "MAX_ERROR of the dtype: 2e-2 for f16, 1e-1 for bf16)")
     ap.add_argument("--csv", default="model_forward.csv")
     ap.add_argument("--host", type=int, default=0, help="time N small Linear shapes' host cost instead")
     args = ap.parse_args()
+    if args.dtype not in DTYPES:
+        print(f"model_forward: --dtype: {args.dtype!r} is not one of f16, bf16", file=sys.stderr)
+        return 2
+    if args.max_error is None:
+        args.max_error = MAX_ERROR[args.dtype]
     import torch
     if not torch.cuda.is_available():
         print("model_forward: needs a CUDA GPU", file=sys.stderr)
         return 1
     if args.host:
-        host_cost(args.host, args.rounds)
+        host_cost(args.host, args.rounds, args.dtype)
         return 0
     args.tokens = [int(t) for t in args.tokens.split(",")]
     args.modes = args.modes.split(",")
@@ -204,6 +224,10 @@ def main() -> int:
         print(f"model_forward: unknown model or mode: {', '.join(bad)}", file=sys.stderr)
         return 2
     device = torch.cuda.get_device_name()
+    if not _appendable(args.csv):
+        print(f"model_forward: {args.csv} has other columns than {','.join(COLUMNS)}: "
+              "give another --csv", file=sys.stderr)
+        return 2
     with open(args.csv, "a", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         if f.tell() == 0:
@@ -212,6 +236,16 @@ def main() -> int:
             run_family(family, args, device, writer)
             f.flush()
     return 0
+
+
+def _appendable(path: str) -> bool:
+    """True when `path` is missing, empty, or a CSV whose header is COLUMNS."""
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), None)
+    except FileNotFoundError:
+        return True
+    return header is None or header == COLUMNS
 
 
 if __name__ == "__main__":

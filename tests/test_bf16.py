@@ -223,10 +223,11 @@ def test_gate_bound_and_exact_check_in_bf16():
             gate.check(dropped, ref, gate.tolerance(problem), exact=binary)
 
 
-def test_measuring_refuses_bf16_problems():
+def test_a_bf16_request_builds_and_measures_bf16():
+    """The request carries the dtype to the builder (its problem) and the worker."""
     from gemmforge.search.measure.records import MeasureRequest
-    with pytest.raises(ValueError, match="dtype: measuring times f16 operands only"):
-        MeasureRequest.make(parse(WGMMA), BF16)
+    request = MeasureRequest.make(parse(WGMMA), BF16)
+    assert request.problem() == BF16 and request.dtype == "bf16"
 
 
 # ---- the resolver, matmul and emit -----------------------------------------------------

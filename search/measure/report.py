@@ -27,7 +27,7 @@ from .timing_protocols import PROTOCOLS
 
 _SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
 _TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))
-COLUMNS = ("m", "n", "k", "layout", "acc", "device", "backend", "program", "status", "kind",
+COLUMNS = ("m", "n", "k", "layout", "acc", "dtype", "device", "backend", "program", "status", "kind",
            *(c for p in PROTOCOLS.values()
              for c in (p.field, p.cublas_field, _SPEEDUP_COLUMN.get(p.name)) if c),
            "rel_err", "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s",
@@ -103,13 +103,13 @@ def read_csv(path: Path | str) -> list[Result]:
 
 
 def best_per_shape(results: Iterable[Result]) -> list[Result]:
-    """The ok result with the highest kernel speedup for each (m, n, k, layout, acc, device),
+    """The ok result with the highest kernel speedup for each (m, n, k, layout, acc, dtype, device),
     sorted by FLOPs."""
     best: dict[tuple, Result] = {}
     for r in results:
         if not r.ok or r.speedup is None:
             continue
-        key = (r.m, r.n, r.k, r.layout, r.acc, r.device)
+        key = (r.m, r.n, r.k, r.layout, r.acc, r.dtype, r.device)
         if key not in best or r.speedup > best[key].speedup:
             best[key] = r
     return sorted(best.values(), key=lambda r: (r.flops, r.m, r.n, r.k))
