@@ -152,3 +152,43 @@ def test_bad_dtype_arguments_exit_2_with_one_line(capsys, command, bad, says):
     assert main([*command, *bad]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_shipped_moves_f16_rows_to_bf16_and_splits_them(tmp_path):
+    from gemmforge.dispatch.shipped import read
+    from gemmforge.search.campaign.ship import ship
+    check = _script("check_shipped")
+    csv = tmp_path / "rows.csv"
+    csv.write_text("m,n,k,layout,acc,dtype,device,program,status,kernel_us,cublas_us,speedup\n"
+                   f"4096,4096,4096,nt,f32,,{H200},{WGMMA},ok,200,210,1.05\n"
+                   f"64,64,64,nt,f32,,{H200},{SIMT},ok,2,3,1.5\n"
+                   f"1024,1024,1024,nt,f32,bf16,{H200},{WGMMA},ok,20,21,1.05\n")
+    ship([csv], tmp_path / "s.json", "test", "h200")
+    rows = read(tmp_path / "s.json").rows
+    assert check._in_dtype(rows, None) == (rows, 0)
+    moved, skipped = check._in_dtype(rows, "bf16")
+    assert [r.problem for r in moved] == [BF16] and skipped == 1  # cuda_simt has no bf16
+    assert check._part(list(range(7)), "2/3") == [1, 4]
+    with pytest.raises(SystemExit, match="--part"):
+        check._part(rows, "0/2")
+
+
+def test_model_forward_refuses_a_bad_dtype():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "model_forward.py"
+    done = subprocess.run([sys.executable, str(script), "--dtype", "bf17"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "model_forward: --dtype: 'bf17' is not one of f16, bf16"
