@@ -4,9 +4,8 @@
 
 The call goes to the C++ op `torch.ops.gemmforge.linear` (gemmforge.torch_op), which looks up
 (token bucket of m = x.numel() / k, n, k, layout nt, operand dtype, device) in its table and
-launches the
-program registered there, or calls at::linear (cuBLASLt, bias fused) where the table says
-cuBLAS or holds nothing. The first call of a bucket fills the table (`prepare`): the program
+launches the program registered there, or calls at::linear (cuBLASLt, bias fused) where the
+table says cuBLAS or holds nothing. The first call of a bucket fills the table (`prepare`): the program
 resolved at the bucket's top m, only where it was measured at that very shape and read
 faster than cuBLAS there (dispatch.choice, cublas="unmeasured"); anything else is cuBLAS's.
 So a bucket never runs a program slower than cuBLAS by its own record, and a new m inside a
@@ -21,8 +20,8 @@ import threading
 
 from .torch_op import bucket
 
-_prepared: dict[tuple, bool] = {}  # (bucket, n, k, device, dtype) whose table entry is filled ->
-                                  # whether it was prepared for a layer with a bias
+_prepared: dict[tuple, bool] = {}  # (bucket, n, k, device, dtype) whose table entry is
+                                  # filled -> whether it was prepared for a layer with a bias
 _lock = threading.Lock()
 CUBLAS_RULE = "unmeasured"
 """dispatch.choice's cuBLAS rule for linear layers: a program of ours serves a bucket only where
@@ -79,9 +78,8 @@ def prepare_buckets(n: int, k: int, tokens, device: int = 0, bias: bool = False,
 
 
 def build_ahead(layers, tokens, device: int = 0) -> int:
-    """Build, in parallel, the programs that preparing `layers` ((n, k, bias, dtype): dtype
-    "f16" or "bf16") at the
-    buckets of `tokens` will load, so that preparing them finds each in the artifact cache
+    """Build, in parallel, the programs that preparing `layers` ((n, k, bias, dtype), dtype
+    "f16" or "bf16") at the buckets of `tokens` will load, so that preparing them finds each in the artifact cache
     (a fresh machine builds a model's kernels in the time of its slowest build, not their
     sum). Returns how many were built or found; a build that fails is left for `prepare`
     to report."""

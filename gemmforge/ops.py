@@ -10,11 +10,12 @@ the chosen program's own record reads slower than cuBLAS, cuBLAS serves (dispatc
 cublas="slower"). With fp16 or bf16 operands, an fp32 accumulator and no `out`, the call
 goes through the C++ operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's
 launch entry (or its cuBLAS mark) is registered there, under the operands' dtype, on the
-bucket's first call, and later calls cost a dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped,
-below OP_HOST_BOUND_FLOPS, for the best program of another backend (dispatch.choice.resolve
-with that backend excluded) that has one; above it, and for `acc="f16"`, `out=` and machines where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never
-tries), the Python Kernel runs. The operands' dtype (torch.float16 or torch.bfloat16) is
-the problem's (ir Problem.dtype), and C comes back in it.
+bucket's first call, and later calls cost a dictionary lookup and the op. A kernel without
+a C launch entry (Triton) is swapped, below OP_HOST_BOUND_FLOPS, for the best program of
+another backend (dispatch.choice.resolve with that backend excluded) that has one; above it,
+and for `acc="f16"`, `out=` and machines where the op can't be built (warned once;
+GEMMFORGE_TORCH_OP=0 never tries), the Python Kernel runs. The operands' dtype
+(torch.float16 or torch.bfloat16) is the problem's (ir Problem.dtype), and C comes back in it.
 
     from gemmforge.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 (or bf16) CUDA tensors
@@ -35,8 +36,9 @@ launch entry costs ~20 us more than the op's (benchmarks/NOTES.md, Host path), m
 than the ~5 % a Triton winner's kernel gains there, so the op runs the best program that
 has one instead."""
 _kernels: dict[tuple, Kernel] = {}
-_routes: dict[tuple, object] = {}  # (bucket, n, k, layout, device, dtype) -> None (the op serves it:
-                                   # our kernel or cuBLAS) or a Python Kernel (no C entry)
+_routes: dict[tuple, object] = {}  # (bucket, n, k, layout, device, dtype) -> None (the op
+                                   # serves it: our kernel or cuBLAS) or a Python Kernel
+                                   # (no C entry)
 _classes: dict[int, str | None] = {}
 _op_state: dict[str, bool] = {}  # "ready": whether torch.ops.gemmforge.mm is loaded
 _lock = threading.Lock()
@@ -168,8 +170,8 @@ def _key(a, b_kn) -> tuple | None:
 
 
 def _register(key: tuple):
-    """Resolve and build the program of `key` (bucket, n, k, layout, device, dtype) and register
-    it with the op (None), or mark the bucket as cuBLAS's (None: the op calls torch.matmul
+    """Resolve and build the program of `key` (bucket, n, k, layout, device, dtype) and
+    register it with the op (None), or mark the bucket as cuBLAS's (None: the op calls torch.matmul
     there), or keep a Python Kernel when it has no C launch entry (the Kernel)."""
     route = _routes[key] = prepare(key, "slower", host_bound_flops=OP_HOST_BOUND_FLOPS)
     return route
@@ -193,7 +195,8 @@ def device_sm(device_index: int) -> int:
 def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
             caller: str = "gemmforge.matmul", bias: bool = False):
     """Fill the op's table for `key` = (bucket, n, k, layout, device, dtype; dtype "f16" or
-    "bf16", the operands'): the program resolved, and built, for that dtype at the bucket's top m (dispatch.choice, `cublas` its cuBLAS rule) built and registered; or a
+    "bf16", the operands'): the program resolved for that dtype at the bucket's top m
+    (dispatch.choice, `cublas` its cuBLAS rule), built for it and registered; or a
     cuBLAS mark where cuBLAS serves, the program has no C launch entry and no launchable
     alternative exists, or its build fails (one warning naming the shape). Returns None (the
     op serves every call of the bucket) or a Python Kernel (no C launch entry, and the

@@ -2,12 +2,12 @@
 // y = x @ w^T + bias (fp16 or bf16, fp32 accumulate) through gemmforge kernels.
 //
 // A table maps (token bucket of m, n, k, layout, operand dtype, device) to a kernel's C
-// launch entries
-// (gemmforge_launch and, for a program with the bias epilogue, gemmforge_launch_bias; found by
-// dlopen in Python: compiler/runtime.py's SharedLibraryKernel) and a workspace tensor sized
-// for the bucket's largest m. The dtype is part of the key, so a bf16 call never finds an
-// fp16 kernel (nor the reverse): each dtype's kernels are registered apart. A bucket is the power of two at or above m (bucket_of), so
-// every m of a bucket runs the one program chosen for it: the kernels take m at run time.
+// launch entries (gemmforge_launch and, for a program with the bias epilogue,
+// gemmforge_launch_bias; found by dlopen in Python: compiler/runtime.py's SharedLibraryKernel)
+// and a workspace tensor sized for the bucket's largest m. The dtype is part of the key, so a
+// bf16 call never finds an fp16 kernel (nor the reverse): each dtype's kernels are registered
+// apart. A bucket is the power of two at or above m (bucket_of), so every m of a bucket runs
+// the one program chosen for it: the kernels take m at run time.
 // gemmforge.matmul and gemmforge.linear fill the table (resolve the program, build, load, then
 // torch.ops.gemmforge._register) and call the op. An entry may hold no launch entry at all:
 // cuBLAS won that bucket, and the op calls at::matmul / at::linear, as for a key it does not
@@ -184,7 +184,8 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b) {
                            static_cast<size_t>(e.workspace_bytes), current_stream(a.device()));
   if (err != 0)
     return fallback(a, b, kLaunch, "the kernel refused its arguments (cudaError " + std::to_string(err) +
-                                   ", " + registered(m, n, k, layout, dtype_of(a), a.device().index()) + ")");
+                                   ", " + registered(m, n, k, layout, dtype_of(a),
+                                                     a.device().index()) + ")");
   return c;
 }
 

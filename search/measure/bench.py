@@ -330,8 +330,9 @@ def _measure(requests, artifacts, *, load, isolate_wrong: bool,
     for art in artifacts:
         if (art.layout, art.acc, art.dtype) != (str(problem.layout), str(problem.acc),
                                                 str(problem.dtype)):
-            raise RuntimeError(f"artifact {art.key} computes {art.layout}/{art.acc}/{art.dtype}, "
-                               f"the request asks for {problem.layout}/{problem.acc}/{problem.dtype}")
+            raise RuntimeError(f"artifact {art.key} computes {art.layout}/{art.acc}/"
+                               f"{art.dtype}, the request asks for {problem.layout}/"
+                               f"{problem.acc}/{problem.dtype}")
     kernels = [(load or runtime_load)(art.to_artifact()) for art in artifacts]
     results: dict[int, Result] = {}
     errs: dict[int, float] = {}

@@ -8,7 +8,8 @@ One CSV row per measured (shape, program), with the columns of COLUMNS (DESIGN.m
 at least m,n,k,device,backend,program,kernel_us,cublas_us,call_us,cublas_call_us). Times
 are microseconds; an empty cell is a time that wasn't measured (a failure, or a protocol
 left out). `speedup` = cublas_us / kernel_us and `call_speedup` = cublas_call_us / call_us
-are written for reading convenience and recomputed, not read, by read_csv. Record the
+are written for reading convenience and recomputed, not read, by read_csv. `dtype` is the
+operands' and cuBLAS's (f16 or bf16; a file written before the column reads as f16). Record the
 command that produced a file in benchmarks/README.md.
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .timing_protocols import PROTOCOLS
 
 _SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
 _TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))
-COLUMNS = ("m", "n", "k", "layout", "acc", "dtype", "device", "backend", "program", "status", "kind",
+COLUMNS = ("m", "n", "k", "layout", "acc", "dtype", "device", "backend", "program", "status",
+           "kind",
            *(c for p in PROTOCOLS.values()
              for c in (p.field, p.cublas_field, _SPEEDUP_COLUMN.get(p.name)) if c),
            "rel_err", "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s",
