@@ -18,9 +18,13 @@ cuBLAS times of this short round) and prints how many failed; exits 1 if any did
 operands (cuBLAS timed in bf16 too), skipping, and counting, the programs whose backend has
 no bf16 path; `--confirm` times with a campaign confirmation's settings (kernel, cold, call
 and after protocols, 10 rounds: search.campaign.campaign.CONFIRM_BENCH) instead of the short
-round. The CSV then carries dtype bf16, and `gemmforge ship --from` of a few such runs
-writes bf16 rows (the median over the runs' readings; a program slower than cuBLAS there
-ships as a cuBLAS row).
+round (the large class under sustained load: SUSTAINED_BENCH, as a campaign confirms it),
+and lists the shapes where the program read slower than cuBLAS (by the ratio a confirmation
+picks by) in <name>_behind_<layout>.txt, one MxNxK a line: `gemmforge tune --quick --shapes
+@that --layout L --dtype bf16 --report R` is the pass where they lose. The CSV carries dtype
+bf16, and `gemmforge ship --from` of a few such runs (and the quick tune's report) writes
+bf16 rows (the median over the runs' readings; a program slower than cuBLAS there ships as
+a cuBLAS row).
 """
 from __future__ import annotations
 
@@ -31,10 +35,12 @@ from pathlib import Path
 from dataclasses import replace
 
 from gemmforge.dispatch.choice import usable
-from gemmforge.search.campaign.campaign import CONFIRM_BENCH
+from gemmforge.search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH
 from gemmforge.search.campaign.campaign_runners import GridRunner
 from gemmforge.dispatch.devices import device_class
 from gemmforge.search.measure.records import BenchSettings
+from gemmforge.search.measure.selection import selection_ratio
+from gemmforge.search.measure.shapes import shape_class
 from gemmforge.search.measure.report import write_csv
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
@@ -61,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--confirm", action="store_true",
                     help="time as a confirmation (CONFIRM_BENCH), not one short round")
     args = ap.parse_args(argv)
+    _part([], args.part)  # a bad --part is refused before the GPU is taken
     runner = GridRunner()
     try:
         cls = args.device_class or device_class(runner.device)
@@ -77,9 +84,10 @@ def main(argv=None) -> int:
             print(f"no shipped rows for device class {cls!r} ({runner.device})")
             return 1
         results = {}
-        runner.measure_groups([(r.problem, [r.program_text]) for r in rows],
-                              CONFIRM_BENCH if args.confirm else CHECK_BENCH,
-                              lambda problem, rs: results.__setitem__(problem, rs[0]))
+        for settings in dict.fromkeys(_settings(r.problem, args.confirm) for r in rows):
+            runner.measure_groups([(r.problem, [r.program_text]) for r in rows
+                                   if _settings(r.problem, args.confirm) == settings], settings,
+                                  lambda problem, rs: results.__setitem__(problem, rs[0]))
     finally:
         runner.close()
     ordered = [results[r.problem] for r in rows]
@@ -90,7 +98,33 @@ def main(argv=None) -> int:
         print(f"FAILED {r.problem()}: {r.program}: {r.kind} {r.message}")
     print(f"{len(rows) - len(failed)} of {len(rows)} shipped {cls} programs passed the gate and "
           f"the re-validation on {runner.device}; wrote {path}")
+    if args.confirm:
+        for written in write_behind(ordered, args.name, Path(args.report_dir)):
+            print(f"wrote {written}")
     return 1 if failed else 0
+
+
+def _settings(problem, confirm: bool) -> BenchSettings:
+    """The short check's round, or a confirmation's settings (sustained for the large class)."""
+    if not confirm:
+        return CHECK_BENCH
+    return SUSTAINED_BENCH if shape_class(problem) == "large" else CONFIRM_BENCH
+
+
+def write_behind(results, name: str, folder: Path) -> list[Path]:
+    """<folder>/<name>_behind_<layout>.txt per layout: the MxNxK of the ok results whose
+    selection ratio reads under 1.0 (cuBLAS ahead), one a line; none written where none is."""
+    behind: dict[str, list[str]] = {}
+    for r in results:
+        ratio = selection_ratio(r.problem(), r) if r.ok else None
+        if ratio is not None and ratio < 1.0:
+            behind.setdefault(r.layout, []).append(f"{r.m}x{r.n}x{r.k}")
+    paths = []
+    for layout, shapes in sorted(behind.items()):
+        path = folder / f"{name}_behind_{layout}.txt"
+        path.write_text("".join(f"{s}\n" for s in shapes))
+        paths.append(path)
+    return paths
 
 
 def _part(rows, part: str) -> list:

@@ -192,3 +192,20 @@ def test_model_forward_refuses_a_bad_dtype():
                           text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == "model_forward: --dtype: 'bf17' is not one of f16, bf16"
+
+
+def test_check_shipped_lists_the_shapes_behind_cublas(tmp_path):
+    """By the ratio a confirmation picks by: after another kernel where measured."""
+    check = _script("check_shipped")
+    ahead = Result(WGMMA, 256, 512, 1024, "nt", kernel_us=10.0, cublas_us=9.0, after_us=10.0,
+                   cublas_after_us=11.0, dtype="bf16")  # behind back to back, ahead after
+    behind = Result(WGMMA, 512, 512, 1024, "nt", kernel_us=10.0, cublas_us=11.0, after_us=10.0,
+                    cublas_after_us=9.0, dtype="bf16")
+    nn = Result(WGMMA, 64, 64, 64, "nn", kernel_us=10.0, cublas_us=9.0, dtype="bf16")
+    failed = Result(WGMMA, 128, 64, 64, "nn", status="failed", kind="wrong", dtype="bf16")
+    paths = check.write_behind([ahead, behind, nn, failed], "c", tmp_path)
+    assert [p.name for p in paths] == ["c_behind_nn.txt", "c_behind_nt.txt"]
+    assert paths[0].read_text() == "64x64x64\n" and paths[1].read_text() == "512x512x1024\n"
+    assert check._settings(BF16, True) is check.SUSTAINED_BENCH  # the large class
+    assert check._settings(Problem(77, 4096, 4096, "nt", "f32", "bf16"), True) is check.CONFIRM_BENCH
+    assert check._settings(BF16, False) is check.CHECK_BENCH
