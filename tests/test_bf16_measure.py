@@ -96,6 +96,12 @@ def test_ship_writes_bf16_rows_beside_f16_ones(tmp_path):
     assert book.exact("h200", BF16).program_text == WGMMA
     assert book.exact("h200", F16).program_text == other
     assert '"dtype": "bf16"' in out.read_text() and out.read_text().count('"dtype"') == 1
+    again = tmp_path / "again.csv"  # a later bf16 run replaces the bf16 row, not the f16 one
+    again.write_text(header + rows[1].replace("198,0.99", "214,1.07"))
+    ship([again], out, "gemmforge bench --dtype bf16 ...", "h200")
+    book = read(out)
+    assert book.exact("h200", BF16).program_text == other
+    assert book.exact("h200", F16).program_text == other and len(book.rows) == 2
 
 
 def test_quick_tune_times_the_f16_winners_in_bf16(tmp_path):
