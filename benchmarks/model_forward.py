@@ -2,10 +2,11 @@
 
     python3 benchmarks/model_forward.py --models llama,qwen2,mistral,gemma \\
         --tokens 1,16,64,256,1024,4096 --modes eager,graph,compile --tuned no --csv model_forward.csv
+    python3 benchmarks/model_forward.py --dtype bf16 --csv model_forward_bf16.csv   # bf16 weights
     python3 benchmarks/model_forward.py --plan --tuned yes      # the rows and layers, no GPU
     python3 benchmarks/model_forward.py --plan --configs cfg    # cfg/llama.json ... for tune --model
 
-Per model family (random weights, fp16, batch 1, `--layers` decoder layers of the family's 7-9B
+Per model family (random weights, fp16 or `--dtype bf16`, batch 1, `--layers` decoder layers of the family's 7-9B
 dimensions, the family's own transformers code): one model, and a deep copy of it patched
 (same weights). Per token count T and mode: eager calls, one CUDA graph per side (captured
 after a warm-up), or `torch.compile(fullgraph=True)` of each side; `--rounds` rounds, each
@@ -14,7 +15,9 @@ between rounds); a row's figures are medians over the rounds, speedup = the medi
 per-round stock/gemmforge ratios. The forward computes the last position's logits only
 (`logits_to_keep=1`, as generation does) and no KV cache. One CSV row per (model, T, mode,
 tuned): stock_ms, gemmforge_ms, speedup, spread (the rounds' min and max ratio), routed (layers
-patched) and programs (how many distinct buckets run a program of ours rather than cuBLAS).
+patched), programs (how many distinct buckets run a program of ours rather than cuBLAS) and
+dtype (f16 or bf16: the weights' and activations', the stock side's cuBLAS included). A file
+written before the dtype column is not appended to (another --csv).
 
 `--tuned no` runs with an empty tuned database (GEMMFORGE_TUNE_DB pointed at a fresh file):
 the shipped file alone serves. `--tuned yes` runs with the user's (GEMMFORGE_TUNE_DB or the
@@ -47,9 +50,14 @@ FAMILIES = {
                                   num_key_value_heads=16, head_dim=256, vocab_size=256000)),
 }
 COLUMNS = ["model", "tokens", "mode", "tuned", "stock_ms", "gemmforge_ms", "speedup", "min_ratio",
-           "max_ratio", "routed", "programs", "device"]
+           "max_ratio", "routed", "programs", "device", "dtype"]
 MODES = ("eager", "graph", "compile")
 TUNED = ("no", "yes")
+DTYPES = {"f16": "float16", "bf16": "bfloat16"}  # --dtype -> torch's name
+MAX_ERROR = {"f16": 2e-2, "bf16": 1e-1}
+"""Default --max-error, patched against stock logits: a guard against wrong answers. bf16
+keeps 8 bits of mantissa to fp16's 11 (8x the roundoff), and two orders of summation drift
+apart layer by layer."""
 
 
 def config_dict(family: str, layers: int) -> dict:
@@ -73,8 +81,8 @@ def csv_row(figures: dict) -> dict:
             for c in COLUMNS}
 
 
-def build(family: str, layers: int):
-    """The family's causal LM with random fp16 weights on the GPU."""
+def build(family: str, layers: int, dtype: str = "f16"):
+    """The family's causal LM with random weights of `dtype` (f16 or bf16) on the GPU."""
     import torch
     import transformers
     name, _ = FAMILIES[family]
@@ -82,7 +90,8 @@ def build(family: str, layers: int):
                                             if k != "model_type"})
     config._attn_implementation = "sdpa"
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+        model = transformers.AutoModelForCausalLM.from_config(config,
+                                                              dtype=getattr(torch, DTYPES[dtype]))
     return model.eval()
 
 
@@ -150,7 +159,8 @@ def check_same(stock_model, ours_model, ids) -> float:
 def run_family(family: str, args, device: str, writer) -> None:
     import torch
     import gemmforge
-    stock = build(family, args.layers)
+    from gemmforge.torch_op import DTYPE_CODES
+    stock = build(family, args.layers, args.dtype)
     ours = copy.deepcopy(stock)
     start = time.time()
     report = gemmforge.patch(ours, tokens=args.tokens)
@@ -162,12 +172,14 @@ def run_family(family: str, args, device: str, writer) -> None:
             if err > args.max_error:
                 raise SystemExit(f"{family} T={t}: patched logits differ from stock by {err:.2e}")
             programs = sum(1 for n, k in report.shapes
-                           if torch.ops.gemmforge._registered(t, n, k, 1, 0) not in ("", "cublas"))
+                           if torch.ops.gemmforge._registered(t, n, k, 1, DTYPE_CODES[args.dtype], 0)
+                           not in ("", "cublas"))
             for mode in args.modes:
                 row = compare(runner(stock, ids, mode), runner(ours, ids, mode), args.rounds,
                               args.iters if t < 1024 or mode == "graph" else max(2, args.iters // 4))
                 row.update(model=family, tokens=t, mode=mode, tuned=args.tuned,
-                           routed=len(report.routed), programs=programs, device=device)
+                           routed=len(report.routed), programs=programs, device=device,
+                           dtype=args.dtype)
                 writer.writerow(csv_row(row))
                 print(f"{family:8} T={t:5} {mode:7} stock {row['stock_ms']:8.3f} ms  gemmforge "
                       f"{row['gemmforge_ms']:8.3f} ms  {row['speedup']:.3f}x "
@@ -177,7 +189,7 @@ def run_family(family: str, args, device: str, writer) -> None:
     torch.cuda.empty_cache()
 
 
-def host_cost(shapes: int, rounds: int) -> None:
+def host_cost(shapes: int, rounds: int, dtype: str = "f16") -> None:
     """Eager host cost per call of nn.Linear against a patched one (module doc)."""
     import random
     import torch
@@ -186,10 +198,11 @@ def host_cost(shapes: int, rounds: int) -> None:
     ratios = []
     for i in range(shapes):
         n, k = rng.choice([64, 128, 256, 512]), rng.choice([64, 128, 256])
-        layer = torch.nn.Linear(k, n, bias=i % 2 == 0, device="cuda", dtype=torch.float16)
+        layer = torch.nn.Linear(k, n, bias=i % 2 == 0, device="cuda",
+                                dtype=getattr(torch, DTYPES[dtype]))
         patched = copy.deepcopy(layer)
         gemmforge.patch(patched, tokens=[rng.choice([1, 8, 16])])
-        x = torch.randn(1, rng.choice([1, 8, 16]), k, device="cuda", dtype=torch.float16)
+        x = torch.randn(1, rng.choice([1, 8, 16]), k, device="cuda", dtype=layer.weight.dtype)
         with torch.no_grad():
             times = {"stock": [], "ours": []}
             for r in range(rounds):
@@ -219,7 +232,9 @@ def parse(argv=None):
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tuned", default="no", help="no: the shipped file alone; yes: with the "
                                                   "tuned database (module doc)")
-    ap.add_argument("--max-error", type=float, default=2e-2, help="patched vs stock logits")
+    ap.add_argument("--dtype", default="f16", help="weights and activations: f16 or bf16")
+    ap.add_argument("--max-error", type=float, help="patched vs stock logits (default: "
+                    "MAX_ERROR of the dtype: 2e-2 for f16, 1e-1 for bf16)")
     ap.add_argument("--csv", default="model_forward.csv")
     ap.add_argument("--host", type=int, default=0, help="time N small Linear shapes' host cost instead")
     ap.add_argument("--plan", action="store_true", help="print the rows and layer shapes; no GPU")
@@ -229,7 +244,8 @@ def parse(argv=None):
     args.models, args.modes = args.models.split(","), args.modes.split(",")
     bad = ([f"model {m!r}" for m in args.models if m not in FAMILIES]
            + [f"mode {m!r}" for m in args.modes if m not in MODES]
-           + ([f"--tuned {args.tuned!r}"] if args.tuned not in TUNED else []))
+           + ([f"--tuned {args.tuned!r}"] if args.tuned not in TUNED else [])
+           + ([f"--dtype {args.dtype!r}"] if args.dtype not in DTYPES else []))
     try:
         args.tokens = [int(t) for t in args.tokens.split(",")]
     except ValueError:
@@ -240,7 +256,9 @@ def parse(argv=None):
         bad.append("--layers, --rounds and --iters must be >= 1")
     if bad:
         return None, (f"unknown or bad: {', '.join(bad)} (models: {', '.join(FAMILIES)}; "
-                      f"modes: {', '.join(MODES)}; tuned: no or yes)")
+                      f"modes: {', '.join(MODES)}; tuned: no or yes; dtype: f16 or bf16)")
+    if args.max_error is None:
+        args.max_error = MAX_ERROR[args.dtype]
     return args, None
 
 
@@ -292,12 +310,16 @@ def main(argv=None) -> int:
     if args.plan:
         print_plan(args)
         return 0
+    if not _appendable(args.csv):
+        print(f"model_forward: {args.csv} has other columns than {','.join(COLUMNS)}: "
+              "give another --csv", file=sys.stderr)
+        return 2
     import torch
     if not torch.cuda.is_available():
         print("model_forward: needs a CUDA GPU", file=sys.stderr)
         return 1
     if args.host:
-        host_cost(args.host, args.rounds)
+        host_cost(args.host, args.rounds, args.dtype)
         return 0
     device = torch.cuda.get_device_name()
     refused = tuned_database(args.tuned, device)
@@ -312,6 +334,16 @@ def main(argv=None) -> int:
             run_family(family, args, device, writer)
             f.flush()
     return 0
+
+
+def _appendable(path: str) -> bool:
+    """True when `path` is missing, empty, or a CSV whose header is COLUMNS."""
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), None)
+    except FileNotFoundError:
+        return True
+    return header is None or header == COLUMNS
 
 
 if __name__ == "__main__":

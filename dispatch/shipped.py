@@ -14,8 +14,9 @@ SQLAlchemy), written by `gemmforge ship` (search.campaign.ship) from confirmatio
                "speedup": ..., "min_speedup": ..., "readings": 3, "measured": "<id>"}, ...]}
 
 A row's "dtype" (of A, B and C) is "bf16" or left out: a row without one is f16, and rows
-of one dtype never serve a problem of another (search.choice: a bf16 problem with no bf16
-row takes the heuristic's program).
+of one dtype never serve a problem of another, nor lend it their ratio (dispatch.choice: a
+bf16 problem with no bf16 row runs cuBLAS under the op's "unmeasured" rule, the heuristic's
+bf16 program under matmul's).
 A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustained_us,
 cublas_sustained_us, after_us, cublas_after_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
 speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),

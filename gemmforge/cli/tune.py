@@ -160,7 +160,7 @@ DEFAULT_TOKENS = "1,16,64,256,1024,4096"
 def tune_job(args) -> dict:
     """The job cmd_tune runs, every argument checked first (UsageError: exit 2)."""
     arguments.environment()
-    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    problems = arguments.shapes(args.shapes, args.layout, args.acc, dtype=args.dtype)
     _check_counts(args)
     backends = arguments.backends(args.backends)
     replay = arguments.replay(args.replay)
@@ -170,7 +170,8 @@ def tune_job(args) -> dict:
         arguments.cuda_devices("tune", args.gpus, "; use --replay synthetic (or a record "
                                "file) to try it without one")
     storage = storage_url(args.storage)
-    return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
+    return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc), str(p.dtype))
+                         for p in problems],
             "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
             "confirm": args.confirm,
             "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
@@ -246,6 +247,8 @@ def add_to(sub) -> None:
                                     f"{DEFAULT_TOKENS}); each one's power-of-two bucket is tuned")
     t.add_argument("--layout", default="nn", help="nn or nt")
     t.add_argument("--acc", default="f32", help="f32 or f16")
+    t.add_argument("--dtype", default="f16",
+                   help="operands and output: f16 or bf16 (cuBLAS timed in the same dtype)")
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
     t.add_argument("--seconds", type=float, help="measurement seconds per shape (optional)")
     t.add_argument("--policy", default="heuristic", choices=tuple(POLICIES))

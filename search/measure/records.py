@@ -156,8 +156,10 @@ class BenchSettings(Record):
 @dataclass(frozen=True)
 class MeasureRequest(Record):
     """One (program, problem) to measure: the program's canonical text, the problem's
-    m, n, k, layout ("nn" or "nt") and accumulator ("f32" or "f16"), the bench settings and
-    the seed of the random inputs. `key` is the program's content key (for logs)."""
+    m, n, k, layout ("nn" or "nt"), accumulator ("f32" or "f16") and operand dtype ("f16"
+    or "bf16": the worker's operands, outputs and cuBLAS baselines are of it), the bench
+    settings and the seed of the random inputs. `key` is the program's content key (for
+    logs)."""
 
     program: str
     m: int
@@ -168,24 +170,22 @@ class MeasureRequest(Record):
     settings: BenchSettings = field(default_factory=BenchSettings)
     seed: int = 0
     key: str = ""
+    dtype: str = "f16"
 
     @classmethod
     def make(cls, program, problem, settings: BenchSettings | None = None,
              seed: int = 0) -> "MeasureRequest":
-        """A request for an ir Program (or its text) and an ir Problem (f16 operands: the
-        timing worker's buffers and cuBLAS baselines are fp16; ValueError for another)."""
-        dtype = str(getattr(problem, "dtype", "f16"))
-        if dtype != "f16":
-            raise ValueError(f"dtype: measuring times f16 operands only; {problem} is {dtype}")
+        """A request for an ir Program (or its text) and an ir Problem (its dtype: f16 or
+        bf16)."""
         text = str(program)
         key = program.key if hasattr(program, "key") else ""
         return cls(text, problem.m, problem.n, problem.k, str(problem.layout), str(problem.acc),
-                   settings or BenchSettings(), seed, key)
+                   settings or BenchSettings(), seed, key, str(getattr(problem, "dtype", "f16")))
 
     def problem(self):
         """The ir.Problem this request computes."""
         from ...ir.program import Problem
-        return Problem(self.m, self.n, self.k, self.layout, self.acc)
+        return Problem(self.m, self.n, self.k, self.layout, self.acc, self.dtype)
 
     @property
     def backend(self) -> str:
@@ -285,6 +285,7 @@ class Result(Record):
     flags: tuple[str, ...] = ()
     build_s: float | None = None
     measure_s: float | None = None
+    dtype: str = "f16"  # the operands' and output's, cuBLAS's included ("f16" or "bf16")
 
     def __post_init__(self):
         object.__setattr__(self, "flags", tuple(self.flags))
@@ -299,13 +300,13 @@ class Result(Record):
         """A failed Result for `request`."""
         return cls(request.program, request.m, request.n, request.k, request.layout,
                    request.acc, status="failed", kind=kind, message=message, key=request.key,
-                   **extra)
+                   dtype=request.dtype, **extra)
 
     @classmethod
     def for_request(cls, request: MeasureRequest, **values) -> "Result":
         """An ok Result for `request` with the measured `values`."""
         return cls(request.program, request.m, request.n, request.k, request.layout,
-                   request.acc, key=request.key, **values)
+                   request.acc, key=request.key, dtype=request.dtype, **values)
 
     @property
     def ok(self) -> bool:
@@ -318,6 +319,11 @@ class Result(Record):
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    def problem(self):
+        """The ir.Problem this result measured."""
+        from ...ir.program import Problem
+        return Problem(self.m, self.n, self.k, self.layout, self.acc, self.dtype)
 
     @property
     def speedup(self) -> float | None:

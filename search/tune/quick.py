@@ -17,9 +17,9 @@ tuned database entry for (runner.device, shape), so the resolver serves it next 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ...ir.program import Arch, Problem, Program
+from ...ir.program import Arch, DType, Problem, Program
 from ...dispatch.choice import MAX_DISTANCE, distance, usable
 from ...dispatch.devices import lookup_classes
 from ..measure.records import BenchSettings, Result
@@ -70,19 +70,24 @@ def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
 
 def _shipped_nearest(problem, arch, cls, path, limit) -> list[Program]:
     """Programs of the shipped rows of `cls` and its siblings within `limit`, usable at
-    `problem`, in the order neighbour_candidates documents (duplicates kept)."""
+    `problem`, in the order neighbour_candidates documents (duplicates kept): rows of the
+    problem's operand dtype first, then, for a bf16 problem, the f16 rows' programs (the
+    f16 winners, to be timed in bf16: candidates only, their f16 figures are no evidence)."""
     if not cls:
         return []
     from ...dispatch.shipped import shipped
     book, classes = shipped(path), lookup_classes(cls)
+    keys = [problem] + ([replace(problem, dtype=DType.F16)] if problem.dtype != DType.F16 else [])
     rows = []
-    for rank, c in enumerate(classes):
-        for row in book.group(c, problem):
-            d = distance(problem, row.problem)
-            if d <= limit and row.program.arch == arch:
-                rows.append((d, rank, -(row.speedup or 0.0), str(row.problem), row.program))
-    rows.sort(key=lambda r: r[:4])
-    return [r[4] for r in rows if usable(r[4], problem)]
+    for own, key in enumerate(keys):
+        for rank, c in enumerate(classes):
+            for row in book.group(c, key):
+                d = distance(problem, row.problem)
+                if d <= limit and row.program.arch == arch:
+                    rows.append((own, d, rank, -(row.speedup or 0.0), str(row.problem),
+                                 row.program))
+    rows.sort(key=lambda r: r[:5])
+    return [r[5] for r in rows if usable(r[5], problem)]
 
 
 @dataclass

@@ -49,7 +49,7 @@ def test_a_patched_linear_equals_f_linear(torch, n, k, bias, lead):
     x = torch.randn(*lead, k, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         _check(torch, layer(x), x, layer)
-    served = torch.ops.gemmforge._registered(x.numel() // k, n, k, 1, 0)
+    served = torch.ops.gemmforge._registered(x.numel() // k, n, k, 1, 0, 0)
     if served not in ("", "cublas") and bias:  # ours serves it: the bias twin, fused
         assert served.endswith(" bias"), served
 
@@ -65,7 +65,7 @@ def test_a_new_m_inside_a_bucket_builds_nothing(torch, monkeypatch):
         for m in (9, 12, 15, 16):
             x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
             _check(torch, layer(x), x, layer)
-    assert builds == [] and (16, 4096, 4096, 0) in linears._prepared
+    assert builds == [] and (16, 4096, 4096, 0, "f16") in linears._prepared
 
 
 def test_cuda_graph_capture_and_replay(torch):
