@@ -239,13 +239,17 @@ def _measured_id(measured: dict) -> str:
 
 
 def write(document: dict, path: Path) -> None:
-    """Write the document with one row per line (diffs stay readable), atomically."""
+    """Write the document with one row per line, atomically; gzip-compressed where the
+    name ends in .gz (dispatch.shipped.text reads both)."""
     rows = ",\n".join("    " + _dumps(r) for r in document["rows"])
     head = {k: v for k, v in document.items() if k != "rows"}
     text = _dumps(head, indent=1)[:-1].rstrip() + ',\n "rows": [\n' + rows + "\n ]\n}\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    if path.suffix == ".gz":  # mtime 0: the same rows give the same bytes
+        tmp.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    else:
+        tmp.write_text(text)
     tmp.replace(path)
 
 

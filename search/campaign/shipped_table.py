@@ -70,7 +70,8 @@ def table(lines: list[dict]) -> list[str]:
 
 def shipped_table(path: Path) -> list[str]:
     """The table of the shipped file at `path`."""
-    return table(summary(json.loads(Path(path).read_text())["rows"]))
+    from ...dispatch.shipped import text
+    return table(summary(json.loads(text(path))["rows"]))
 
 
 def between_markers(text: str) -> list[str]:
