@@ -12,7 +12,7 @@ import pytest
 
 from gemmforge.ir import DType, parse
 
-from .correctness import operands, relative_error, tolerance
+from .correctness import check_linear, linear_layer, operands, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -73,20 +73,6 @@ def test_the_op_alone_serves_a_registered_bf16_shape():
         torch.ops.gemmforge.mm(a, b.half())
 
 
-def _layer(torch, n, k, bias):
-    layer = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
-    torch.nn.init.normal_(layer.weight, std=k ** -0.5)
-    if bias:
-        torch.nn.init.normal_(layer.bias)
-    return layer
-
-
-def _check(torch, y, x, layer):
-    ref = torch.nn.functional.linear(x.float(), layer.weight.float(),
-                                     None if layer.bias is None else layer.bias.float())
-    assert y.shape == ref.shape and y.dtype == torch.bfloat16
-    assert relative_error(y.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])) < \
-        tolerance(x.shape[-1], "f32", "bf16")
 
 
 @pytest.mark.parametrize("n, k", LAYERS)
@@ -95,12 +81,12 @@ def _check(torch, y, x, layer):
 def test_a_patched_bf16_linear_equals_f_linear(n, k, bias, lead):
     import torch
     import gemmforge
-    layer = _layer(torch, n, k, bias)
+    layer = linear_layer(torch, n, k, bias, "bf16")
     report = gemmforge.patch(layer)
     assert report.routed == [""] and not report.kept
     x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        _check(torch, layer(x), x, layer)
+        check_linear(torch, layer(x), x, layer)
     served = _served(torch, x.numel() // k, n, k, "nt", BF16)
     if served not in ("", "cublas") and bias:  # ours serves it: the bias twin, fused
         assert served.endswith(" bias"), served
@@ -109,7 +95,7 @@ def test_a_patched_bf16_linear_equals_f_linear(n, k, bias, lead):
 def test_a_bf16_patched_linear_in_a_cuda_graph():
     import torch
     import gemmforge
-    layer = _layer(torch, 4096, 4096, True)
+    layer = linear_layer(torch, 4096, 4096, True, "bf16")
     gemmforge.patch(layer, tokens=[1, 16])
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
@@ -123,7 +109,7 @@ def test_a_bf16_patched_linear_in_a_cuda_graph():
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
-    _check(torch, y, x, layer)
+    check_linear(torch, y, x, layer)
 
 
 def test_emitted_bf16_selftest_passes(tmp_path):
