@@ -3,6 +3,8 @@ its shape.
 
     python3 benchmarks/check_shipped.py [--shipped PATH] [--device-class h100] \
         [--backend NAME] [--changed-since OLD.json] [--report-dir DIR] [--name shipped_check_h100]
+    python3 benchmarks/check_shipped.py --device-class h200 --dtype bf16 --confirm \
+        --name bf16_confirm_1      # the f16 rows' programs timed in bf16 beside cuBLAS in bf16
 
 For each shipped row of the GPU's device class (dispatch.devices; --device-class to choose):
 the program is built (in parallel) and run at its shape through the measuring path
@@ -11,6 +13,18 @@ reference, plus the {0,1} exact check where k <= 2048), one short timing round, 
 re-validation after it into a NaN-filled output with fresh inputs. A row passes when both
 hold. Writes <report-dir>/<name>.csv (one row per shipped shape: status, rel_err, kernel and
 cuBLAS times of this short round) and prints how many failed; exits 1 if any did.
+
+`--dtype bf16` takes the class's f16 rows and runs each program at its shape with bf16
+operands (cuBLAS timed in bf16 too), skipping, and counting, the programs whose backend has
+no bf16 path; `--confirm` times with a campaign confirmation's settings (kernel, cold, call
+and after protocols, 10 rounds: search.campaign.campaign.CONFIRM_BENCH) instead of the short
+round (the large class under sustained load: SUSTAINED_BENCH, as a campaign confirms it),
+and lists the shapes where the program read slower than cuBLAS (by the ratio a confirmation
+picks by) in <name>_behind_<layout>.txt, one MxNxK a line: `gemmforge tune --quick --shapes
+@that --layout L --dtype bf16 --report R` is the pass where they lose. The CSV carries dtype
+bf16, and `gemmforge ship --from` of a few such runs (and the quick tune's report) writes
+bf16 rows (the median over the runs' readings; a program slower than cuBLAS there ships as
+a cuBLAS row).
 """
 from __future__ import annotations
 
@@ -18,9 +32,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from dataclasses import replace
+
+from gemmforge.dispatch.choice import usable
+from gemmforge.search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH
 from gemmforge.search.campaign.campaign_runners import GridRunner
 from gemmforge.dispatch.devices import device_class
 from gemmforge.search.measure.records import BenchSettings
+from gemmforge.search.measure.selection import selection_ratio
+from gemmforge.search.measure.shapes import shape_class
 from gemmforge.search.measure.report import write_csv
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
 
@@ -38,7 +58,16 @@ def main(argv=None) -> int:
                     "earlier shipped file, after a whole-file check of it")
     ap.add_argument("--report-dir", default=".", help="where the CSV goes")
     ap.add_argument("--name", default="shipped_check", help="the CSV's name")
+    ap.add_argument("--dtype", choices=("bf16",),
+                    help="bf16: the f16 rows' programs run with bf16 operands (default: every "
+                    "row in its own dtype)")
+    ap.add_argument("--part", default="1/1", metavar="I/N",
+                    help="only the I-th of N interleaved parts of the rows (runs that fit a "
+                    "time limit)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="time as a confirmation (CONFIRM_BENCH), not one short round")
     args = ap.parse_args(argv)
+    _part([], args.part)  # a bad --part is refused before the GPU is taken
     runner = GridRunner()
     try:
         cls = args.device_class or device_class(runner.device)
@@ -47,12 +76,18 @@ def main(argv=None) -> int:
         rows = [r for r in read(args.shipped).rows if r.device_class == cls
                 and args.backend in (None, r.program.backend)
                 and (before is None or before.get((cls, r.problem)) != r.program_text)]
+        rows, skipped = _in_dtype(rows, args.dtype)
+        if skipped:
+            print(f"{skipped} shipped {cls} programs have no {args.dtype} path: not run")
+        rows = _part(rows, args.part)
         if not rows:
             print(f"no shipped rows for device class {cls!r} ({runner.device})")
             return 1
         results = {}
-        runner.measure_groups([(r.problem, [r.program_text]) for r in rows], CHECK_BENCH,
-                              lambda problem, rs: results.__setitem__(problem, rs[0]))
+        for settings in dict.fromkeys(_settings(r.problem, args.confirm) for r in rows):
+            runner.measure_groups([(r.problem, [r.program_text]) for r in rows
+                                   if _settings(r.problem, args.confirm) == settings], settings,
+                                  lambda problem, rs: results.__setitem__(problem, rs[0]))
     finally:
         runner.close()
     ordered = [results[r.problem] for r in rows]
@@ -60,10 +95,58 @@ def main(argv=None) -> int:
                      [{"device_class": cls} for _ in rows])
     failed = [r for r in ordered if r.status != "ok"]
     for r in failed:
-        print(f"FAILED {r.m}x{r.n}x{r.k} {r.layout} {r.acc}: {r.program}: {r.kind} {r.message}")
+        print(f"FAILED {r.problem()}: {r.program}: {r.kind} {r.message}")
     print(f"{len(rows) - len(failed)} of {len(rows)} shipped {cls} programs passed the gate and "
           f"the re-validation on {runner.device}; wrote {path}")
+    if args.confirm:
+        for written in write_behind(ordered, args.name, Path(args.report_dir)):
+            print(f"wrote {written}")
     return 1 if failed else 0
+
+
+def _settings(problem, confirm: bool) -> BenchSettings:
+    """The short check's round, or a confirmation's settings (sustained for the large class)."""
+    if not confirm:
+        return CHECK_BENCH
+    return SUSTAINED_BENCH if shape_class(problem) == "large" else CONFIRM_BENCH
+
+
+def write_behind(results, name: str, folder: Path) -> list[Path]:
+    """<folder>/<name>_behind_<layout>.txt per layout: the MxNxK of the ok results whose
+    selection ratio reads under 1.0 (cuBLAS ahead), one a line; none written where none is."""
+    behind: dict[str, list[str]] = {}
+    for r in results:
+        ratio = selection_ratio(r.problem(), r) if r.ok else None
+        if ratio is not None and ratio < 1.0:
+            behind.setdefault(r.layout, []).append(f"{r.m}x{r.n}x{r.k}")
+    paths = []
+    for layout, shapes in sorted(behind.items()):
+        path = folder / f"{name}_behind_{layout}.txt"
+        path.write_text("".join(f"{s}\n" for s in shapes))
+        paths.append(path)
+    return paths
+
+
+def _part(rows, part: str) -> list:
+    """The I-th of N interleaved parts of `rows` (`part` "I/N", 1 <= I <= N)."""
+    try:
+        i, n = (int(x) for x in part.split("/"))
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise SystemExit(f"check_shipped: --part {part!r}: give I/N with 1 <= I <= N")
+    return rows[i - 1::n]
+
+
+def _in_dtype(rows, dtype: str | None):
+    """`rows` as they are (dtype None), or the f16 rows with their problems in `dtype`:
+    those whose program is usable there, and how many were not."""
+    if dtype is None:
+        return rows, 0
+    moved = [replace(r, problem=replace(r.problem, dtype=dtype)) for r in rows
+             if str(r.problem.dtype) == "f16"]
+    kept = [r for r in moved if usable(r.program, r.problem)]
+    return kept, len(moved) - len(kept)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 geomeans of cuBLAS time / our time over its rows, each row's figures from the confirmation
 that chose it. Measures nothing.
 
-    python3 benchmarks/shipped_summary.py [--shipped dispatch/data/shipped.json]   # print it
+    python3 benchmarks/shipped_summary.py [--shipped dispatch/data/shipped.json.gz]   # print it
     python3 benchmarks/shipped_summary.py --readme README.md                     # rewrite README's
 
 README's results table is this output (tests/test_shipped_table.py checks that it is).

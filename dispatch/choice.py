@@ -6,9 +6,10 @@
     choice.line()        # "program: shipped-nearest (h100, distance 0.00 to 4096x4096x4096 nn f32, 1.05x cuBLAS)"
 
 Sources, both filtered by device class (dispatch.devices: the device's own class, then the
-classes of the same die), layout, accumulator and the program's arch: the user's tuned
-database (dispatch.tuned; only where SQLAlchemy is importable and the database exists) and
-the shipped file (dispatch.shipped). Among candidates legal for the problem (ir.verify.check)
+classes of the same die), layout, accumulator, operand dtype (a bf16 problem reads bf16
+records only: an f16 record's time or ratio is no evidence for it) and the program's arch:
+the user's tuned database (dispatch.tuned; only where SQLAlchemy is importable and the
+database exists) and the shipped file (dispatch.shipped). Among candidates legal for the problem (ir.verify.check)
 within MAX_DISTANCE, the nearest wins; at equal distance the device's own class before a
 sibling's, the tuned database before the shipped file, then the higher measured speedup.
 With no candidate, the heuristic policy's program.

@@ -1,7 +1,7 @@
 """The shipped file: the confirmed best program per (device class, layout, accumulator, operand
 dtype, shape).
 
-`dispatch/data/shipped.json` travels inside the package, so `matmul`, `emit` and the torch op
+`dispatch/data/shipped.json.gz` travels inside the package, so `matmul`, `emit` and the torch op
 have tuned programs on a fresh install (a user's own tuned database takes precedence:
 dispatch.choice). It is plain JSON, read with the standard library only (no optuna, no
 SQLAlchemy), written by `gemmforge ship` (search.campaign.ship) from confirmation CSVs:
@@ -14,8 +14,9 @@ SQLAlchemy), written by `gemmforge ship` (search.campaign.ship) from confirmatio
                "speedup": ..., "min_speedup": ..., "readings": 3, "measured": "<id>"}, ...]}
 
 A row's "dtype" (of A, B and C) is "bf16" or left out: a row without one is f16, and rows
-of one dtype never serve a problem of another (search.choice: a bf16 problem with no bf16
-row takes the heuristic's program).
+of one dtype never serve a problem of another, nor lend it their ratio (dispatch.choice: a
+bf16 problem with no bf16 row runs cuBLAS under the op's "unmeasured" rule, the heuristic's
+bf16 program under matmul's).
 A figure not measured (cold_us, cublas_cold_us, call_us, cublas_call_us, sustained_us,
 cublas_sustained_us, after_us, cublas_after_us) is left out of its row. Times are µs, medians over the `readings` confirmations of that program at that shape;
 speedup = the median of the per-reading cuBLAS/kernel ratios (kernel time, L2 warm),
@@ -36,7 +37,7 @@ FORMAT = "gemmforge-shipped/1"
 CUBLAS = "cublas"
 """A row's program text where cuBLAS won the shape's confirmation: the runtime calls cuBLAS
 there (dispatch.choice), and no program of ours serves the shape."""
-DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json"
+DEFAULT_PATH = Path(__file__).with_name("data") / "shipped.json.gz"
 FIGURES = ("kernel_us", "cublas_us", "speedup", "min_speedup", "cold_us", "cublas_cold_us",
            "call_us", "cublas_call_us", "sustained_us", "cublas_sustained_us", "after_us",
            "cublas_after_us")
@@ -141,8 +142,8 @@ def read(path: Path | str) -> ShippedFile:
     """Parse a shipped file (ShippedError naming the file and what is wrong)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(text(path))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ShippedError(f"shipped file {path}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ShippedError(f"shipped file {path}: not a {FORMAT} file")
@@ -152,6 +153,16 @@ def read(path: Path | str) -> ShippedFile:
     except (KeyError, TypeError, ValueError) as e:
         raise ShippedError(f"shipped file {path}: bad row: {e}") from None
     return ShippedFile(rows, path)
+
+
+def text(path: Path | str) -> str:
+    """The JSON text of a shipped file: gzip-compressed where its name ends in .gz (the
+    package's own: one row per line compresses ninefold), plain otherwise."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+        return gzip.decompress(path.read_bytes()).decode()
+    return path.read_text()
 
 
 def _row(r: dict, measurements: dict) -> ShippedRow:
@@ -164,7 +175,7 @@ def _row(r: dict, measurements: dict) -> ShippedRow:
 
 def default_path() -> Path | None:
     """The file the runtime reads: GEMMFORGE_SHIPPED if set ("none": None), else the
-    package's own dispatch/data/shipped.json."""
+    package's own dispatch/data/shipped.json.gz."""
     value = knobs().shipped
     if value:
         return None if value.lower() == "none" else Path(value).expanduser()

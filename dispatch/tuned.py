@@ -5,7 +5,9 @@
     tuned_candidates(problem, Arch.SM90A, ("h200", "h100"))   # what dispatch.choice reads
 
 One table, `gemmforge_tuned` (SQLAlchemy Core), one row per (device, problem text), kept
-only while it is the best measured (highest cuBLAS/kernel ratio). Rows carry the program's
+only while it is the best measured (highest cuBLAS/kernel ratio). The problem text carries
+the operands' dtype where it is not f16 (ir Problem), and the `dtype` column holds it for
+queries (NULL in rows written before the column: f16). Rows carry the program's
 canonical text and content key, the measured times (µs) and ratios, the command that
 measured them and the study it came from. The tuner writes it (search.tune.database's
 TunedDatabase adds `record`); the default URL (default_storage()) is also the tuner's study
@@ -66,6 +68,7 @@ def _table(metadata):
         Column("m", Integer, nullable=False), Column("n", Integer, nullable=False),
         Column("k", Integer, nullable=False), Column("layout", String(8), nullable=False),
         Column("acc", String(8), nullable=False), Column("arch", String(16), nullable=False),
+        Column("dtype", String(8)),  # the operands' dtype; NULL in rows from before: f16
         Column("backend", String(64), nullable=False), Column("program", Text, nullable=False),
         Column("key", String(32), nullable=False),
         Column("kernel_us", Float), Column("cublas_us", Float), Column("speedup", Float),
@@ -107,7 +110,8 @@ class Entry:
 
 def _entry(row) -> Entry:
     from ..ir.text import parse
-    problem = Problem(row.m, row.n, row.k, row.layout, row.acc)
+    problem = Problem(row.m, row.n, row.k, row.layout, row.acc,
+                      getattr(row, "dtype", None) or DType.F16)
     return Entry(row.device, problem, parse(row.program), row.kernel_us, row.cublas_us,
                  row.speedup, row.call_us, row.cublas_call_us, row.call_speedup, row.command,
                  row.study, row.updated, getattr(row, "ratio", None))
@@ -171,14 +175,17 @@ class TunedTable:
         """(entry, its device class) for every entry with `problem`'s layout and
         accumulator, an `arch` program and a device of one of `classes` (dispatch.devices:
         replayed and synthetic devices have none). Distance and legality are the reader's
-        to judge (dispatch.choice). Tuned problems are f16 (measuring times f16 operands
-        only), so a problem of another dtype has none."""
+        to judge (dispatch.choice). Entries are keyed by the operands' dtype too: a bf16
+        problem reads bf16 entries only, an f16 one f16 entries (and rows written before
+        the dtype column, all f16)."""
         from .devices import device_class
-        if problem.dtype != DType.F16:
-            return []
         t = self.table
+        same_dtype = t.c.dtype == str(problem.dtype)
+        if problem.dtype == DType.F16:
+            same_dtype = same_dtype | t.c.dtype.is_(None)
         query = t.select().where((t.c.layout == str(problem.layout)) &
-                                 (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value))
+                                 (t.c.acc == str(problem.acc)) & (t.c.arch == arch.value)
+                                 & same_dtype)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         out = []

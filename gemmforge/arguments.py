@@ -58,13 +58,15 @@ def _shape_texts(spec: str, name: str) -> list[str]:
         raise UsageError(str(e)) from None
 
 
-def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shapes") -> list:
+def shapes(spec: str, layout: str = "nn", acc: str = "f32", name: str = "--shapes",
+           dtype: str = "f16") -> list:
     """Problems from a --shapes value: a comma list of MxNxK, `grid`, `grid:CLASSES`,
-    `sample:N[:SEED]`, or `@file` (shapes per line, '#' comments); at least one."""
+    `sample:N[:SEED]`, or `@file` (shapes per line, '#' comments); at least one; of operand
+    `dtype` ("f16" or "bf16"; a bad value is a UsageError naming --dtype)."""
     texts = _shape_texts(spec, name)
     if not texts:
         raise UsageError(f"{name}: no shapes in {spec!r}")
-    return [problem(t, layout, acc, name) for t in texts]
+    return [problem(t, layout, acc, name, dtype) for t in texts]
 
 
 def problem(text: str, layout: str = "nn", acc: str = "f32", name: str = "--shape",

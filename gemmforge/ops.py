@@ -7,15 +7,15 @@ nearest legal shape within a distance limit, else the heuristic's), builds it on
 (artifact cache) and keeps the loaded kernel; every m of the bucket runs it (the kernels
 take m at run time), so a new m costs no build. Where a record says cuBLAS won the shape, or
 the chosen program's own record reads slower than cuBLAS, cuBLAS serves (dispatch.choice,
-cublas="slower"). With fp16 operands, an fp32 accumulator and no `out`, the call goes
-through the C++ operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's launch
-entry (or its cuBLAS mark) is registered there on the bucket's first call, and later calls
-cost a dictionary lookup and the op. A kernel without a C launch entry (Triton) is swapped,
-below OP_HOST_BOUND_FLOPS, for the best program of another backend (dispatch.choice.resolve
-with that backend excluded) that has one; above it, and for bf16 operands, `acc="f16"`,
-`out=` and machines where the op can't be built (warned once; GEMMFORGE_TORCH_OP=0 never
-tries), the Python Kernel runs. The operands' dtype (torch.float16 or torch.bfloat16) is
-the problem's (ir Problem.dtype), and C comes back in it.
+cublas="slower"). With fp16 or bf16 operands, an fp32 accumulator and no `out`, the call
+goes through the C++ operator `torch.ops.gemmforge.mm` (gemmforge.torch_op): the bucket's
+launch entry (or its cuBLAS mark) is registered there, under the operands' dtype, on the
+bucket's first call, and later calls cost a dictionary lookup and the op. A kernel without
+a C launch entry (Triton) is swapped, below OP_HOST_BOUND_FLOPS, for the best program of
+another backend (dispatch.choice.resolve with that backend excluded) that has one; above it,
+and for `acc="f16"`, `out=` and machines where the op can't be built (warned once;
+GEMMFORGE_TORCH_OP=0 never tries), the Python Kernel runs. The operands' dtype
+(torch.float16 or torch.bfloat16) is the problem's (ir Problem.dtype), and C comes back in it.
 
     from gemmforge.ops import matmul
     c = matmul(a, b)                  # a: (m, k), b: (k, n), fp16 (or bf16) CUDA tensors
@@ -36,8 +36,9 @@ launch entry costs ~20 us more than the op's (benchmarks/NOTES.md, Host path), m
 than the ~5 % a Triton winner's kernel gains there, so the op runs the best program that
 has one instead."""
 _kernels: dict[tuple, Kernel] = {}
-_routes: dict[tuple, object] = {}  # (bucket, n, k, layout, device) -> None (the op serves it:
-                                   # our kernel or cuBLAS) or a Python Kernel (no C entry)
+_routes: dict[tuple, object] = {}  # (bucket, n, k, layout, device, dtype) -> None (the op
+                                   # serves it: our kernel or cuBLAS) or a Python Kernel
+                                   # (no C entry)
 _classes: dict[int, str | None] = {}
 _op_state: dict[str, bool] = {}  # "ready": whether torch.ops.gemmforge.mm is loaded
 _lock = threading.Lock()
@@ -94,13 +95,13 @@ def _build(program: Program, problem: Problem, sm: int) -> Kernel:
 def matmul(a, b, layout: str = "nn", acc: str = "f32", out=None):
     """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel, in
     the operands' dtype (float16 or bfloat16; bf16 accumulates in f32 only)."""
-    """C = A @ B (layout nn: b is (k, n); nt: b is (n, k)) with gemmforge's best kernel."""
     check_matmul_operands(a, b, layout, acc, out)
     lay = Layout.parse(layout, "layout")
     acc_ = Accum.parse(acc, "acc")
     dtype = _dtype(a)
-    # the op serves fp16 (and hands any dtype it can't serve to torch.matmul, saying why)
-    if out is None and acc_ == Accum.F32 and dtype is not DType.BF16 and _op_ready():
+    # the op serves fp16 and bf16, each dtype's kernels apart (and hands anything it can't
+    # serve to torch.matmul, saying why)
+    if out is None and acc_ == Accum.F32 and _op_ready():
         return _through_op(a, b if lay == Layout.NN else b.transpose(-2, -1))
     if dtype is None:
         raise ValueError(f"a must be a float16 or bfloat16 tensor, got "
@@ -150,11 +151,12 @@ def _through_op(a, b_kn):
 
 
 def _key(a, b_kn) -> tuple | None:
-    """(bucket of m, n, k, layout, device index) when the op can serve the operands, else None (the
-    op then falls back to torch.matmul and says why)."""
-    import torch
+    """(bucket of m, n, k, layout, device index, dtype) when the op can serve the operands,
+    else None (the op then falls back to torch.matmul and says why). dtype: "f16" or "bf16"
+    (ir DType's text), both operands'."""
     from .torch_op import layout_of
-    if (a.dtype is not torch.float16 or b_kn.dtype is not torch.float16 or not a.is_cuda
+    dtype = _dtype(a)
+    if (dtype is None or b_kn.dtype is not a.dtype or not a.is_cuda
             or a.dim() != 2 or b_kn.dim() != 2 or a.device != b_kn.device
             or not a.is_contiguous() or a.shape[1] != b_kn.shape[0] or 0 in a.shape
             or b_kn.shape[1] == 0):
@@ -163,12 +165,13 @@ def _key(a, b_kn) -> tuple | None:
     if layout is None:
         return None
     from .torch_op import bucket
-    return (bucket(a.shape[0]), b_kn.shape[1], a.shape[1], layout, a.device.index or 0)
+    return (bucket(a.shape[0]), b_kn.shape[1], a.shape[1], layout, a.device.index or 0,
+            str(dtype))
 
 
 def _register(key: tuple):
-    """Resolve and build the program of `key` (bucket, n, k, layout, device) and register
-    it with the op (None), or mark the bucket as cuBLAS's (None: the op calls torch.matmul
+    """Resolve and build the program of `key` (bucket, n, k, layout, device, dtype) and
+    register it with the op (None), or mark the bucket as cuBLAS's (None: the op calls torch.matmul
     there), or keep a Python Kernel when it has no C launch entry (the Kernel)."""
     route = _routes[key] = prepare(key, "slower", host_bound_flops=OP_HOST_BOUND_FLOPS)
     return route
@@ -191,8 +194,9 @@ def device_sm(device_index: int) -> int:
 
 def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
             caller: str = "gemmforge.matmul", bias: bool = False):
-    """Fill the op's table for `key` = (bucket, n, k, layout, device): the program resolved at
-    the bucket's top m (dispatch.choice, `cublas` its cuBLAS rule) built and registered; or a
+    """Fill the op's table for `key` = (bucket, n, k, layout, device, dtype; dtype "f16" or
+    "bf16", the operands'): the program resolved for that dtype at the bucket's top m
+    (dispatch.choice, `cublas` its cuBLAS rule), built for it and registered; or a
     cuBLAS mark where cuBLAS serves, the program has no C launch entry and no launchable
     alternative exists, or its build fails (one warning naming the shape). Returns None (the
     op serves every call of the bucket) or a Python Kernel (no C launch entry, and the
@@ -201,8 +205,8 @@ def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
     has both the plain launch entry and the bias one."""
     from .compiler.values import BuildError
     from .torch_op import register, register_cublas
-    m, n, k, layout, device = key
-    problem = Problem(m, n, k, layout, Accum.F32)
+    m, n, k, layout, device, dtype = key
+    problem = Problem(m, n, k, layout, Accum.F32, dtype)
     sm = device_sm(device)
     exclude: frozenset = frozenset()
     try:
@@ -220,5 +224,5 @@ def prepare(key: tuple, cublas: str, host_bound_flops: float = float("inf"),
     except (BuildError, ValueError, OSError) as e:  # no legal program, or its build failed
         warnings.warn(f"{caller}: no kernel for {problem}: {e}; cuBLAS serves this shape",
                       stacklevel=4)
-    register_cublas(m, n, k, layout, device)
+    register_cublas(m, n, k, layout, device, dtype)
     return None

@@ -13,9 +13,12 @@ that shape, or for a bucket not prepared. `patch` prepares the buckets of `token
 every power of two up to MAX_TOKENS) for each routed (n, k) before it returns: it resolves
 each bucket's program, builds it (artifact cache: once per machine) and registers it. Nothing else changes: the parameters, the
 state dict, hooks and the module tree stay as they were (the forward is set on the instance
-and removed again by `unpatch`). Eligible: a CUDA fp16 weight of shape (n, k), contiguous and
-16-byte aligned, with k and n multiples of 8 (TMA rows) and an fp16 bias or none. Every other
-layer stays on F.linear, listed once in the report, never warned per call. Where autograd
+and removed again by `unpatch`). Eligible: a CUDA fp16 or bf16 weight of shape (n, k),
+contiguous and 16-byte aligned, with k and n multiples of 8 (TMA rows) and a bias of the
+weight's dtype or none. Every other layer (an fp32 weight, say) stays on F.linear, listed
+once in the report, never warned per call. fp16 and bf16 layers of one (n, k) are prepared
+apart: each dtype resolves, builds and registers its own kernels (the op's table is keyed by
+dtype). Where autograd
 records (training), the op is at::linear itself.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 
 from .linears import build_ahead, prepare_buckets
 
-ALIGN = 8  # elements: TMA wants 16-byte rows, 8 fp16 values
+ALIGN = 8  # elements: TMA wants 16-byte rows, 8 fp16 or bf16 values
 MAX_TOKENS = 16384
 DEFAULT_TOKENS = tuple(1 << i for i in range(MAX_TOKENS.bit_length()))  # 1, 2, 4, ..., 16384
 _MARK = "_gemmforge_patched"
@@ -55,19 +58,20 @@ class PatchReport:
 def ineligible(layer) -> str | None:
     """Why `layer` (an nn.Linear) can't be routed, or None."""
     import torch
+    served = (torch.float16, torch.bfloat16)  # the dtypes the kernels compute
     w, b = layer.weight, layer.bias
     if not w.is_cuda:
         return "weight not on a CUDA device"
-    if w.dtype is not torch.float16:
-        return f"weight dtype {str(w.dtype).replace('torch.', '')}, not float16"
+    if w.dtype not in served:
+        return f"weight dtype {str(w.dtype).replace('torch.', '')}, not float16 or bfloat16"
     if w.dim() != 2 or not w.is_contiguous() or w.data_ptr() % 16:
         return "weight not a contiguous, 16-byte aligned (n, k) matrix"
     n, k = w.shape
     if n % ALIGN or k % ALIGN:
         return f"n = {n} or k = {k} not a multiple of {ALIGN}"
-    if b is not None and (b.dtype is not torch.float16 or not b.is_contiguous()
+    if b is not None and (b.dtype is not w.dtype or not b.is_contiguous()
                           or b.device != w.device):
-        return "bias not a contiguous float16 vector on the weight's device"
+        return "bias not a contiguous vector of the weight's dtype on its device"
     return None
 
 
@@ -81,7 +85,7 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
         raise TypeError(f"gemmforge.patch: model must be a torch.nn.Module, not {type(model).__name__}")
     tokens = _checked_tokens(tokens)
     report = PatchReport()
-    biased: dict[tuple, bool] = {}  # (n, k, device) of the routed layers -> any has a bias
+    biased: dict[tuple, bool] = {}  # (n, k, device, dtype) of the routed layers -> any has a bias
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     if any(ineligible(m) is None for _, m in layers) and not _op_ready():
         report.kept = {name or "(model)": "torch.ops.gemmforge could not be built here (warned)"
@@ -99,13 +103,15 @@ def patch(model, tokens=DEFAULT_TOKENS) -> PatchReport:
         layer.forward = types.MethodType(_forward, layer)
         setattr(layer, _MARK, True)
         report.routed.append(name)
-        shape = (*layer.weight.shape, layer.weight.device.index or 0)
+        shape = (*layer.weight.shape, layer.weight.device.index or 0,
+                 "bf16" if layer.weight.dtype is torch.bfloat16 else "f16")
         biased[shape] = biased.get(shape, False) or layer.bias is not None
-    for device in sorted({d for _, _, d in biased}) if tokens else ():
-        build_ahead([(n, k, b) for (n, k, d), b in biased.items() if d == device], tokens, device)
-    for (n, k, device), bias in sorted(biased.items()):
-        prepare_buckets(n, k, tokens, device, bias)
-    report.shapes = {(n, k) for n, k, _ in biased}
+    for device in sorted({d for _, _, d, _ in biased}) if tokens else ():
+        build_ahead([(n, k, b, t) for (n, k, d, t), b in biased.items() if d == device],
+                    tokens, device)
+    for (n, k, device, dtype), bias in sorted(biased.items()):
+        prepare_buckets(n, k, tokens, device, bias, dtype)
+    report.shapes = {(n, k) for n, k, _, _ in biased}
     return report
 
 

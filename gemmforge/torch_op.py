@@ -17,9 +17,11 @@ there afterwards. The source includes no CUDA header (the stream comes through c
 device-guard interface), so the same file builds against a CPU-only torch: the CPU tests
 build it and exercise its table, fallbacks and fake-tensor shapes.
 
-`register(problem, device_index, kernel)` puts a loaded kernel's C launch entry (a cuda_so
-artifact's `gemmforge_launch`, an address from ctypes) and a workspace for that shape into
-the table; a kernel without a C entry (Triton) returns False and stays a Python Kernel.
+`register(m, n, k, layout, device_index, kernel)` puts a loaded kernel's C launch entry (a
+cuda_so artifact's `gemmforge_launch`, an address from ctypes) and a workspace for that shape
+into the table, under the operand dtype the kernel was built for (its artifact's: fp16 and
+bf16 kernels of one shape are two entries, and a call finds only its own dtype's); a kernel
+without a C entry (Triton) returns False and stays a Python Kernel.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("csrc") / "gemmforge_op.cpp"
 LAYOUT_CODES = {"nn": 0, "nt": 1}
+DTYPE_CODES = {"f16": 0, "bf16": 1}  # the operand dtype of a table key (ir DType's text)
 CUBLAS = "cublas"  # what `_registered` reads for a bucket cuBLAS serves
 
 _lock = threading.Lock()
@@ -164,25 +167,30 @@ def bucket(m: int) -> int:
 
 
 def register(m: int, n: int, k: int, layout: str, device_index: int, kernel) -> bool:
-    """Put `kernel` into the op's table for (bucket of m, n, k, layout, device) with a
-    workspace sized for the bucket's largest m; a bias entry too where the program has one.
-    False (nothing registered) if it has no C launch entry."""
+    """Put `kernel` into the op's table for (bucket of m, n, k, layout, the dtype its
+    artifact was built for, device) with a workspace sized for the bucket's largest m; a
+    bias entry too where the program has one. False (nothing registered) if it has no C
+    launch entry."""
     import torch
     address = launch_address(kernel)
     if address is None:
         return False
+    dtype = DTYPE_CODES[str(getattr(kernel.artifact, "dtype", "f16"))]
     top = min(bucket(m), 2**31 - 1)
     with torch.cuda.device(device_index):  # a cuda_so sizes its workspace by the device
         need = max(int(kernel.workspace_bytes(mm, n, k)) for mm in {m, top})
     workspace = torch.empty(max(need, 1), dtype=torch.uint8, device=f"cuda:{device_index}")
-    torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], device_index, address,
+    torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], dtype, device_index, address,
                                   launch_address(kernel, "_launch_bias") or 0, workspace, need,
                                   kernel.artifact.program_text)
     return True
 
 
-def register_cublas(m: int, n: int, k: int, layout: str, device_index: int) -> None:
-    """Mark (bucket of m, n, k, layout, device) as cuBLAS's: the op calls ATen there, silently."""
+def register_cublas(m: int, n: int, k: int, layout: str, device_index: int,
+                    dtype: str = "f16") -> None:
+    """Mark (bucket of m, n, k, layout, dtype, device) as cuBLAS's: the op calls ATen there,
+    silently. `dtype`: the operands' (ir DType text, "f16" or "bf16")."""
     import torch
-    torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], device_index, 0, 0,
+    torch.ops.gemmforge._register(m, n, k, LAYOUT_CODES[layout], DTYPE_CODES[str(dtype)],
+                                  device_index, 0, 0,
                                   torch.empty(0, dtype=torch.uint8), 0, CUBLAS)

@@ -12,7 +12,8 @@ import torch
 
 from gemmforge.backends.triton import toolchain
 from gemmforge.backends.triton.plan import DESCRIPTOR_BASES, KernelPlan, aligned_params, make_plan
-from gemmforge.backends.triton.runtime import DevicePointer, TritonKernel, make_descriptors
+from gemmforge.backends.triton.descriptors import DevicePointer, make_descriptors
+from gemmforge.backends.triton.runtime import TritonKernel
 from gemmforge.compiler.values import Artifact
 from gemmforge.ir import Problem, parse, verify
 

@@ -177,7 +177,7 @@ def test_operand_pool_keeps_recent_problems_within_its_limit():
     assert [key[0] for key in pool.kept] == [64 + 8, 64 + 16]  # the 64-row problem's went
     assert pool.take(Problem(64 + 16, 64, 64))["a"] is first[64 + 16]
     pool.take(Problem(4096, 4096, 64))  # alone over the limit: kept, the rest go
-    assert list(pool.kept) == [(4096, 4096, 64, "nn")]
+    assert list(pool.kept) == [(4096, 4096, 64, "nn", "f16")]
 
 
 def test_speedup_pairs_each_round_against_clock_drift(simulate, monkeypatch):

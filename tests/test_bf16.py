@@ -223,10 +223,11 @@ def test_gate_bound_and_exact_check_in_bf16():
             gate.check(dropped, ref, gate.tolerance(problem), exact=binary)
 
 
-def test_measuring_refuses_bf16_problems():
+def test_a_bf16_request_builds_and_measures_bf16():
+    """The request carries the dtype to the builder (its problem) and the worker."""
     from gemmforge.search.measure.records import MeasureRequest
-    with pytest.raises(ValueError, match="dtype: measuring times f16 operands only"):
-        MeasureRequest.make(parse(WGMMA), BF16)
+    request = MeasureRequest.make(parse(WGMMA), BF16)
+    assert request.problem() == BF16 and request.dtype == "bf16"
 
 
 # ---- the resolver, matmul and emit -----------------------------------------------------
@@ -273,13 +274,17 @@ def test_matmul_picks_the_operands_dtype(monkeypatch):
     asked = []
     monkeypatch.setattr(ops, "kernel_for", lambda problem, device: asked.append(problem) or (
         lambda a, b, out=None: "ran"))
-    monkeypatch.setitem(ops._op_state, "ready", True)  # the op serves fp16 only
+    monkeypatch.setitem(ops._op_state, "ready", False)  # the Python path: kernel_for
     monkeypatch.setattr("gemmforge.operands._devices", lambda *args, **kw: None)  # CPU stand-ins
     a, b = torch.randn(8, 16).bfloat16(), torch.randn(32, 16).bfloat16()
     assert ops.matmul(a, b, layout="nt") == "ran"
     assert asked == [Problem(8, 32, 16, "nt", "f32", "bf16")]
     with pytest.raises(ValueError, match="acc: bfloat16 operands accumulate in f32 only"):
         ops.matmul(a, b, layout="nt", acc="f16")
+    through = []  # with the op loaded, bf16 goes to it as fp16 does (its table keyed by dtype)
+    monkeypatch.setitem(ops._op_state, "ready", True)
+    monkeypatch.setattr(ops, "_through_op", lambda a, b_kn: through.append(b_kn.shape) or "op")
+    assert ops.matmul(a, b, layout="nt") == "op" and through == [(16, 32)]
     monkeypatch.setitem(ops._op_state, "ready", False)
     with pytest.raises(ValueError, match="a: expected dtype torch.float16 or torch.bfloat16"):
         ops.matmul(a.float(), b.float(), layout="nt")

@@ -16,7 +16,7 @@ from gemmforge.dispatch.choice import MAX_DISTANCE, distance, resolve
 from gemmforge.search.tune.database import TunedDatabase
 from gemmforge.dispatch.devices import check_class, device_class, lookup_classes
 from gemmforge.search.measure.records import Result
-from gemmforge.dispatch.shipped import DEFAULT_PATH, read
+from gemmforge.dispatch.shipped import DEFAULT_PATH, read, text
 from gemmforge.search.campaign.ship import ship
 
 WGMMA = "cuda_wgmma sm_90a 128x192x64 w1x1 s5 sw128 row/4 pred k1 persistent c2x1 pingpong tma"
@@ -196,7 +196,7 @@ def test_a_shipped_program_whose_backend_cannot_build_here_is_skipped(monkeypatc
     cute = "cute_cpp sm_90a 256x128x64 w1x2 s4 swnone col/8 pred k1 persistent c1x1 coop tma"
     problem = Problem(1024, 4096, 12288)
     assert check(parse(cute), problem) is None
-    book = json.loads(DEFAULT_PATH.read_text())
+    book = json.loads(text(DEFAULT_PATH))
     row = next(r for r in book["rows"] if r["device_class"] == "h200"
                and (r["m"], r["n"], r["k"]) == (1024, 4096, 12288))
     row["program"] = cute

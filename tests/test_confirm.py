@@ -65,7 +65,7 @@ def test_a_pdl_contender_brings_its_twin_below_the_large_class():
     study = _study(SMALL, {PDL: 1.33, OTHER: 0.95})
     assert contenders(study, 1) == [PDL]
     assert contenders(study, 1, problem=SMALL) == [PDL, TWIN]
-    assert contenders(study, 2, incumbent=TWIN, problem=SMALL) == [PDL, OTHER, TWIN]
+    assert contenders(study, 2, incumbents=[TWIN, OTHER, TWIN], problem=SMALL) == [PDL, OTHER, TWIN]
     assert pdl_free_twins([PDL], LARGE) == [] and pdl_free_twins([TWIN, PDL], SMALL) == []
 
 

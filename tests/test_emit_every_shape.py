@@ -17,9 +17,9 @@ from gemmforge.emit import choose_program, emit, file_name, unemittable
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.ir.verify import verify
 from gemmforge.dispatch import tuned as database
-from gemmforge.dispatch.shipped import DEFAULT_PATH
+from gemmforge.dispatch.shipped import DEFAULT_PATH, text
 
-ROWS = json.loads(Path(DEFAULT_PATH).read_text())["rows"]
+ROWS = json.loads(text(DEFAULT_PATH))["rows"]
 GROUPS = sorted({(r["device_class"], r["layout"], r["acc"]) for r in ROWS})
 
 

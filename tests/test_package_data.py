@@ -62,7 +62,7 @@ def test_the_wheel_holds_every_data_file(wheel_names):
 
 
 def test_the_files_the_runtime_reads_by_name_are_there(wheel_names):
-    for name in ("gemmforge/dispatch/data/shipped.json",
+    for name in ("gemmforge/dispatch/data/shipped.json.gz",
                  "gemmforge/dispatch/data/ranker_h100.json.gz",
                  "gemmforge/dispatch/data/ranker_h100_nt.json.gz",
                  "gemmforge/search/data/measured_gpu.csv.xz", "gemmforge/ir/program.schema.json",

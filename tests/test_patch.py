@@ -124,3 +124,88 @@ def test_training_goes_to_f_linear(monkeypatch):
     w = torch.randn(8, 8, requires_grad=True)
     linears.linear(torch.randn(2, 8), w)
     assert len(calls) == 1
+
+
+class _CudaLike:
+    """A CPU tensor that says it is on CUDA: `ineligible` judged without a GPU."""
+
+    is_cuda = True
+
+    def __init__(self, t):
+        self.t = t
+
+    def __getattr__(self, name):
+        return getattr(self.t, name)
+
+
+_INELIGIBLE = patching.ineligible  # the real one: tests stand it in
+
+
+def _judged(layer):
+    """patching.ineligible of `layer` as if its tensors were on a CUDA device."""
+    from types import SimpleNamespace
+    bias = None if layer.bias is None else _CudaLike(layer.bias)
+    return _INELIGIBLE(SimpleNamespace(weight=_CudaLike(layer.weight), bias=bias))
+
+
+@pytest.mark.parametrize("dtype, why", [
+    (torch.float16, None), (torch.bfloat16, None),
+    (torch.float32, "weight dtype float32, not float16 or bfloat16"),
+])
+def test_fp16_and_bf16_weights_are_eligible(dtype, why):
+    assert _judged(torch.nn.Linear(64, 128, dtype=dtype)) == why
+
+
+def test_a_bias_of_another_dtype_keeps_the_layer():
+    layer = torch.nn.Linear(64, 128, dtype=torch.bfloat16)
+    layer.bias = torch.nn.Parameter(layer.bias.detach().half())
+    assert _judged(layer) == "bias not a contiguous vector of the weight's dtype on its device"
+
+
+@needs_compiler
+def test_bf16_and_fp16_layers_are_prepared_apart(op, monkeypatch):
+    """A model with fp16, bf16 and fp32 layers: the fp32 ones are listed once under one
+    reason; an fp16 and a bf16 layer of one (n, k) are built ahead and prepared as two
+    shapes, each under its dtype; the bf16 model's answers equal F.linear's."""
+    from gemmforge import linears
+    prepared, ahead = [], []
+    monkeypatch.setattr(patching, "ineligible", _judged)
+    monkeypatch.setattr(ops, "_op_ready", lambda: True)
+    monkeypatch.setattr(patching, "build_ahead", lambda layers, tokens, device: ahead.extend(layers))
+    monkeypatch.setattr(patching, "prepare_buckets",
+                        lambda n, k, tokens, device, bias, dtype: prepared.append((n, k, bias, dtype)))
+    model = torch.nn.ModuleDict({
+        "fp16": torch.nn.Linear(64, 128, dtype=torch.float16),
+        "bf16": torch.nn.Linear(64, 128, dtype=torch.bfloat16),
+        "bf16_down": torch.nn.Linear(128, 64, bias=False, dtype=torch.bfloat16),
+        **{f"full{i}": torch.nn.Linear(64, 64) for i in range(3)}})
+    report = gemmforge.patch(model, tokens=(1, 16))
+    assert sorted(report.routed) == ["bf16", "bf16_down", "fp16"]
+    assert report.shapes == {(128, 64), (64, 128)}
+    kept = [line for line in str(report).splitlines() if "kept (" in line]
+    assert kept == ["  kept (weight dtype float32, not float16 or bfloat16): full0, full1, full2"]
+    assert sorted(prepared) == [(64, 128, False, "bf16"), (128, 64, True, "bf16"),
+                                (128, 64, True, "f16")]
+    assert sorted(ahead) == [(64, 128, False, "bf16"), (128, 64, True, "bf16"),
+                             (128, 64, True, "f16")]
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = model["bf16"](x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, torch.nn.functional.linear(x, model["bf16"].weight, model["bf16"].bias))
+    assert linears._dtype_text(model["bf16"].weight) == "bf16"
+    assert linears._dtype_text(model["full0"].weight) is None
+
+
+@needs_compiler
+def test_the_fake_linear_keeps_bf16(op):
+    x = torch.empty(2, 5, 64, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(32, 64, dtype=torch.bfloat16, device="meta")
+    y = torch.ops.gemmforge.linear(x, w, torch.empty(32, dtype=torch.bfloat16, device="meta"))
+    assert y.shape == (2, 5, 32) and y.dtype == torch.bfloat16
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    fx, fw = mode.from_tensor(torch.empty(2, 5, 64).bfloat16()), mode.from_tensor(
+        torch.empty(32, 64).bfloat16())
+    with mode:
+        assert torch.ops.gemmforge.linear(fx, fw, None).dtype == torch.bfloat16

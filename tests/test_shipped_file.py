@@ -1,4 +1,4 @@
-"""The shipped file inside the package (search/data/shipped.json): what must hold for every
+"""The shipped file inside the package (dispatch/data/shipped.json.gz): what must hold for every
 re-tune, whatever the figures. Every grid shape has a row per GPU class in layout nn, layout
 nt covers its shape list, every row is legal at its shape and names the command, commit and
 GPU that measured it, and carries the figures its class needs. The figures themselves are

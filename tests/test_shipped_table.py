@@ -21,6 +21,12 @@ def test_summary_per_class_and_layout():
     assert line["after_rows"] == 1 and line["after"] == pytest.approx(1.05)
 
 
+def test_bf16_rows_get_their_own_line():
+    row = dict(layout="nt", m=64, n=64, k=64, device_class="h200")
+    lines = summary.summary([dict(row, speedup=1.2), dict(row, speedup=0.8, dtype="bf16")])
+    assert [(s["layout"], s["warm"]) for s in lines] == [("nt", 1.2), ("nt bf16", 0.8)]
+
+
 def test_readme_table_is_the_one_the_shipped_file_makes():
     """README's results table is generated: after a re-tune, rewrite it with
     `python3 benchmarks/shipped_summary.py --readme README.md`."""

@@ -54,6 +54,8 @@ def test_wrong_shapes_raise_torch_matmuls_error(mm):
     ((8, 16), (16, 4), torch.float16, (8, 4)),
     ((3, 8, 16), (16, 4), torch.float16, (3, 8, 4)),   # batched: torch.matmul's rules
     ((8, 16), (16, 4), torch.float32, (8, 4)),
+    ((8, 16), (16, 4), torch.bfloat16, (8, 4)),
+    ((3, 8, 16), (16, 4), torch.bfloat16, (3, 8, 4)),
 ])
 def test_meta_shapes_follow_torch_matmul(mm, a_shape, b_shape, dtype, out_shape):
     a = torch.empty(a_shape, dtype=dtype, device="meta")
@@ -91,26 +93,26 @@ def test_registration_table(mm):
     libc = ctypes.CDLL(None)
     address = ctypes.cast(libc.abs, ctypes.c_void_p).value
     workspace = torch.empty(64, dtype=torch.uint8)
-    torch.ops.gemmforge._register(8, 4, 16, 1, 0, address, 0, workspace, 64, "some program")
-    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == "some program"
+    torch.ops.gemmforge._register(8, 4, 16, 1, 0, 0, address, 0, workspace, 64, "some program")
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0, 0) == "some program"
     # one entry per token bucket: every m from 5 to 8 finds it, 4 and 9 do not
-    assert torch.ops.gemmforge._registered(5, 4, 16, 1, 0) == "some program"
-    assert torch.ops.gemmforge._registered(4, 4, 16, 1, 0) == ""
-    assert torch.ops.gemmforge._registered(9, 4, 16, 1, 0) == ""
+    assert torch.ops.gemmforge._registered(5, 4, 16, 1, 0, 0) == "some program"
+    assert torch.ops.gemmforge._registered(4, 4, 16, 1, 0, 0) == ""
+    assert torch.ops.gemmforge._registered(9, 4, 16, 1, 0, 0) == ""
     assert [torch.ops.gemmforge._bucket(m) for m in (1, 2, 3, 77, 4096, 4097)] == [
         torch_op.bucket(m) for m in (1, 2, 3, 77, 4096, 4097)] == [1, 2, 4, 128, 4096, 8192]
-    assert torch.ops.gemmforge._registered(8, 4, 16, 0, 0) == ""
-    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 1) == ""
+    assert torch.ops.gemmforge._registered(8, 4, 16, 0, 0, 0) == ""
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0, 1) == ""
     with pytest.raises(RuntimeError, match="layout 0 \\(nn\\) or 1 \\(nt\\)"):
-        torch.ops.gemmforge._register(8, 4, 16, 2, 0, address, 0, workspace, 64, "p")
+        torch.ops.gemmforge._register(8, 4, 16, 2, 0, 0, address, 0, workspace, 64, "p")
     with pytest.raises(RuntimeError, match="m, n and k must be positive"):
-        torch.ops.gemmforge._register(0, 4, 16, 0, 0, address, 0, workspace, 64, "p")
+        torch.ops.gemmforge._register(0, 4, 16, 0, 0, 0, address, 0, workspace, 64, "p")
     with pytest.raises(RuntimeError, match="holds 64 bytes, not 65"):
-        torch.ops.gemmforge._register(8, 4, 16, 0, 0, address, 0, workspace, 65, "p")
+        torch.ops.gemmforge._register(8, 4, 16, 0, 0, 0, address, 0, workspace, 65, "p")
     torch_op.register_cublas(64, 8, 16, "nt", 0)  # cuBLAS's bucket: no launch entry at all
-    assert torch.ops.gemmforge._registered(40, 8, 16, 1, 0) == torch_op.CUBLAS
+    assert torch.ops.gemmforge._registered(40, 8, 16, 1, 0, 0) == torch_op.CUBLAS
     assert torch.ops.gemmforge._forget_all() == 2
-    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0) == ""
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, 0, 0) == ""
 
 
 def test_layout_of_mirrors_the_op():
@@ -242,9 +244,11 @@ def routing(monkeypatch):
     from gemmforge.ir.text import parse
     from gemmforge.dispatch.choice import Choice
     state = {"choices": {frozenset(): TRITON, frozenset({"triton"}): WGMMA}, "table": [],
-             "build": lambda program: _FakeKernel(str(program), program.backend != "triton")}
+             "build": lambda program: _FakeKernel(str(program), program.backend != "triton"),
+             "asked": [], "built": [], "cublas": []}
 
     def choice_for(problem, arch, device_class, cublas, exclude):
+        state["asked"].append(problem)
         text = state["choices"].get(exclude)
         return Choice(None, "cublas") if text is None else Choice(parse(text), "shipped", 0.0)
 
@@ -255,10 +259,14 @@ def routing(monkeypatch):
     monkeypatch.setattr(ops, "choice_for", choice_for)
     monkeypatch.setattr(ops, "device_sm", lambda device: 90)
     monkeypatch.setattr(ops, "device_class_of", lambda device: "h200")
-    monkeypatch.setattr(ops, "_build", lambda program, problem, sm: state["build"](program))
+    monkeypatch.setattr(ops, "_build", lambda program, problem, sm: state["built"].append(
+        problem) or state["build"](program))
     monkeypatch.setattr(torch_op, "register", register)
-    monkeypatch.setattr(torch_op, "register_cublas",
-                        lambda m, n, k, layout, device: state["table"].append((m, n, k, layout, "cublas")))
+
+    def register_cublas(m, n, k, layout, device, dtype):
+        state["table"].append((m, n, k, layout, "cublas"))
+        state["cublas"].append(dtype)
+    monkeypatch.setattr(torch_op, "register_cublas", register_cublas)
     monkeypatch.setattr(ops, "_routes", {})
     return state
 
@@ -269,7 +277,7 @@ def test_a_shape_whose_kernel_cant_be_built_goes_to_cublas_with_one_warning(rout
     def fail(program):
         raise BuildError("nvcc exited with 1")
     routing["build"] = fail
-    key = (8, 4, 16, "nn", 0)
+    key = (8, 4, 16, "nn", 0, "f16")
     with pytest.warns(UserWarning, match="no kernel for 8x4x16 nn f32: nvcc exited with 1; cuBLAS"):
         assert ops._register(key) is None
     assert routing["table"] == [(8, 4, 16, "nn", "cublas")]
@@ -280,18 +288,18 @@ def test_a_small_shape_without_a_c_entry_runs_another_backends_program_on_the_op
     """Below OP_HOST_BOUND_FLOPS a Triton kernel (no C launch entry) is swapped for the
     program resolved without Triton, registered with the op; above it the Python Kernel
     serves; where the second resolve says cuBLAS, the bucket is cuBLAS's."""
-    assert ops._register((64, 128, 64, "nn", 0)) is None  # the op runs wgmma
+    assert ops._register((64, 128, 64, "nn", 0, "f16")) is None  # the op runs wgmma
     assert routing["table"] == [(64, 128, 64, "nn", WGMMA)]
-    kernel = ops._register((4096, 4096, 4096, "nn", 0))
+    kernel = ops._register((4096, 4096, 4096, "nn", 0, "f16"))
     assert kernel.artifact.program_text == TRITON and len(routing["table"]) == 1
     routing["choices"][frozenset({"triton"})] = None
-    assert ops._register((64, 64, 128, "nn", 0)) is None
+    assert ops._register((64, 64, 128, "nn", 0, "f16")) is None
     assert routing["table"][-1] == (64, 64, 128, "nn", "cublas")
 
 
 def test_a_bucket_cublas_won_is_marked_for_the_op(routing):
     routing["choices"][frozenset()] = None
-    assert ops.prepare((16, 4096, 4096, "nt", 0), "unmeasured") is None
+    assert ops.prepare((16, 4096, 4096, "nt", 0, "f16"), "unmeasured") is None
     assert routing["table"] == [(16, 4096, 4096, "nt", "cublas")]
 
 
@@ -318,3 +326,52 @@ def test_resolve_can_leave_a_backend_out():
     assert any(c.distance > 0 for c in shipped_ones)
     alone = resolve(Problem(3, 5, 7), Arch.SM90A, None, exclude=frozenset({"triton"}))
     assert alone.source == "heuristic" and alone.program.backend == "cuda_wgmma"
+
+
+@needs_compiler
+def test_the_table_is_keyed_by_dtype(mm):
+    """An fp16 and a bf16 kernel of one shape are two entries; a key of the other dtype
+    finds nothing (the op's lookup reads the same key from the operands' dtype)."""
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.abs, ctypes.c_void_p).value
+    workspace = torch.empty(64, dtype=torch.uint8)
+    f16, bf16 = torch_op.DTYPE_CODES["f16"], torch_op.DTYPE_CODES["bf16"]
+    torch.ops.gemmforge._register(8, 4, 16, 1, f16, 0, address, 0, workspace, 64, "fp16 one")
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, bf16, 0) == ""
+    torch.ops.gemmforge._register(8, 4, 16, 1, bf16, 0, address, 0, workspace, 64, "bf16 one")
+    assert torch.ops.gemmforge._registered(8, 4, 16, 1, f16, 0) == "fp16 one"
+    assert torch.ops.gemmforge._registered(7, 4, 16, 1, bf16, 0) == "bf16 one"
+    with pytest.raises(RuntimeError, match=r"dtype 0 \(f16\) or 1 \(bf16\)"):
+        torch.ops.gemmforge._register(8, 4, 16, 1, 2, 0, address, 0, workspace, 64, "p")
+    torch_op.register_cublas(64, 8, 16, "nt", 0, "bf16")
+    assert torch.ops.gemmforge._registered(64, 8, 16, 1, bf16, 0) == torch_op.CUBLAS
+    assert torch.ops.gemmforge._registered(64, 8, 16, 1, f16, 0) == ""
+    assert torch.ops.gemmforge._forget_all() == 3
+
+
+@needs_compiler
+def test_bf16_operands_fall_back_on_the_cpu_in_bf16(mm):
+    a, b = torch.randn(8, 16).bfloat16(), torch.randn(16, 4).bfloat16()
+    c = mm(a, b)
+    assert c.dtype == torch.bfloat16 and torch.equal(c, torch.matmul(a, b))
+    assert torch.ops.gemmforge.linear(a, b.t().contiguous(), None).dtype == torch.bfloat16
+
+
+def test_matmul_keys_bf16_operands_apart():
+    """bf16 operands key the op's table by their dtype; mixed dtypes are the op's fallback."""
+    meta = dict(device="meta")
+    a, b = torch.empty(8, 16, dtype=torch.bfloat16, **meta), torch.empty(16, 4, **meta)
+    assert ops._key(a, b.bfloat16()) is None  # not CUDA: the op falls back
+    assert ops._key(a, b.half()) is None
+
+
+def test_a_bf16_bucket_resolves_builds_and_registers_bf16(routing):
+    """prepare resolves and builds the bf16 problem (never the fp16 one) and marks a
+    cuBLAS bucket under bf16."""
+    from gemmforge.ir.program import DType
+    assert ops.prepare((64, 128, 64, "nn", 0, "bf16"), "unmeasured") is None
+    assert {p.dtype for p in routing["asked"]} == {DType.BF16}
+    assert routing["built"] and {p.dtype for p in routing["built"]} == {DType.BF16}
+    routing["choices"][frozenset()] = None
+    assert ops.prepare((16, 4096, 4096, "nt", 0, "bf16"), "unmeasured") is None
+    assert routing["cublas"] == ["bf16"]

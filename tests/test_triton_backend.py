@@ -188,7 +188,7 @@ def interpret(text, problem, folder, num_sms=3, repeats=1):
     error against fp32 (NaN if any output was unwritten). In-kernel split-K's counters
     start zeroed once, and must be zero again after every run."""
     import torch
-    from gemmforge.backends.triton.runtime import make_descriptors
+    from gemmforge.backends.triton.descriptors import make_descriptors
     program, (m, n, k) = verify(parse(text), problem), (problem.m, problem.n, problem.k)
     (folder / "kernel.py").write_text(registry.get("triton").lower(program, problem).text)
     module, plan = toolchain.load_module(folder / "kernel.py"), make_plan(program, problem)

@@ -1,5 +1,6 @@
-"""gemmforge.backends.triton.runtime's CUtensorMap reuse: Triton's per-launch descriptor encoding,
-memoised on everything it reads, gives the same arguments and encodes once per buffer."""
+"""gemmforge.backends.triton.descriptors's CUtensorMap reuse: Triton's per-launch descriptor
+encoding, memoised on everything it reads, gives the same arguments and encodes once per
+buffer."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from gemmforge.backends.triton import runtime  # noqa: E402
+from gemmforge.backends.triton import descriptors  # noqa: E402
 
 
 class Counting:
@@ -23,14 +24,14 @@ class Counting:
 
 
 def descriptor(ptr: int, rows: int = 256, cols: int = 64, padding: str = "zero"):
-    base = runtime.DevicePointer(ptr, None)
+    base = descriptors.DevicePointer(ptr, None)
     return SimpleNamespace(base=base, shape=[rows, cols], strides=[cols, 1],
                            block_shape=[128, 64], padding=padding, round_f32_to_tf32=False)
 
 
 def test_encodes_once_per_buffer_and_returns_what_the_encoder_did():
     encode = Counting()
-    cached = runtime._cached_encoding(encode)
+    cached = descriptors._cached_encoding(encode)
     meta = {"swizzle": 3, "block_size": [128, 64]}
     first = cached(descriptor(0x1000), meta, None)
     again = cached(descriptor(0x1000), meta, None)
@@ -45,7 +46,7 @@ def test_encodes_once_per_buffer_and_returns_what_the_encoder_did():
 
 def test_no_metadata_is_passed_through_uncached():
     encode = Counting()
-    cached = runtime._cached_encoding(encode)
+    cached = descriptors._cached_encoding(encode)
     for _ in range(3):
         cached(descriptor(0x1000), None)
     assert encode.calls == 3
@@ -53,7 +54,7 @@ def test_no_metadata_is_passed_through_uncached():
 
 def test_the_cache_is_bounded():
     encode = Counting()
-    cached = runtime._cached_encoding(encode, size=4)
+    cached = descriptors._cached_encoding(encode, size=4)
     meta = {}
     for ptr in range(10):
         cached(descriptor(0x1000 * (ptr + 1)), meta, None)
@@ -66,10 +67,10 @@ def test_installs_once_into_the_triton_that_builds_launchers_this_way(monkeypatc
     original = getattr(nvidia, "make_tensordesc_arg", None)
     wrap = getattr(getattr(nvidia, "wrap_handle_tensordesc", None), "__code__", None)
     if original is None or wrap is None or "make_tensordesc_arg" not in wrap.co_names:
-        assert runtime.install_descriptor_cache() is False
+        assert descriptors.install_descriptor_cache() is False
         return
     monkeypatch.setattr(nvidia, "make_tensordesc_arg", original)  # restored afterwards
-    assert runtime.install_descriptor_cache() is True
+    assert descriptors.install_descriptor_cache() is True
     patched = nvidia.make_tensordesc_arg
     assert patched is not original and patched.gemmforge_cached
-    assert runtime.install_descriptor_cache() is True and nvidia.make_tensordesc_arg is patched
+    assert descriptors.install_descriptor_cache() is True and nvidia.make_tensordesc_arg is patched

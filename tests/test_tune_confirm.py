@@ -1,11 +1,12 @@
 """gemmforge tune's confirmation (search.tune.confirm) through the Tuner on the replay runner: once
 a shape's budget is spent its best few and the database's entry are timed again together
-and the winner replaces a lucky reading; while the trials run their readings never displace
-an entry that a confirmation decides; without confirmation the best reading stands."""
+and the winner replaces a lucky reading; while the trials run their readings never reach
+the database (the confirmation decides); without confirmation the best reading stands."""
 from __future__ import annotations
 
 import pytest
 
+from gemmforge.dispatch.choice import resolve
 from gemmforge.ir.program import Arch, Problem
 from gemmforge.policy.heuristic import HeuristicPolicy
 from gemmforge.search.measure import replay
@@ -43,7 +44,9 @@ def test_confirmation_replaces_a_lucky_reading(tmp_path):
     """The lucky program's one reading (2.0x) beats the steady best (1.5x) during the
     trials and goes to the database; timed again together, it reads 0.9x, so the outcome
     and the database entry become the steady program with its confirmed figure. A program
-    another study put in the database (3.0x then, 1.2x now) is timed in the same group."""
+    another study put in the database (3.0x then, 1.2x now) is timed in the same group, as
+    is the program the resolver served before the tune (the heuristic's: the device has no
+    class)."""
     proposals = HeuristicPolicy().propose(PROBLEM, Arch.SM90A, 10)
     recorded = [replace(replay.synthetic_result(p, PROBLEM), flags=(), paired_speedup=None)
                 for p in proposals]
@@ -66,7 +69,8 @@ def test_confirmation_replaces_a_lucky_reading(tmp_path):
     assert str(entry.program) == str(proposals[2]) and entry.speedup == pytest.approx(1.5)
     confirmed = tuner.study(PROBLEM).user_attrs["confirmed"]
     assert confirmed["programs"][:2] == [lucky, str(proposals[2])]
-    assert confirmed["programs"][-1] == outsider and len(confirmed["programs"]) == 4
+    served = resolve(PROBLEM, Arch.SM90A, None, use_tuned=False, cublas="slower")
+    assert confirmed["programs"][3:] == [str(served.program), outsider]  # both incumbents
     assert confirmed["ratios"][lucky] == pytest.approx(0.9)
     assert confirmed["ratios"][outsider] == pytest.approx(1.2)
     calls = runner.calls
@@ -100,6 +104,26 @@ def test_a_trial_reading_never_displaces_an_entry_a_confirmation_chose(tmp_path)
             assert str(db.best("replay", PROBLEM).program) == confirmed.program
         else:
             assert lucky in seen and str(db.best("replay", PROBLEM).program) == lucky
+
+
+def test_a_confirming_tune_records_only_its_winner(tmp_path):
+    """With nothing stored for the shape, no trial reading reaches the database either
+    (the lucky 2.0x one included); after the confirmation the entry is its winner."""
+    proposals = HeuristicPolicy().propose(PROBLEM, Arch.SM90A, 6)
+    recorded = [replace(replay.synthetic_result(p, PROBLEM), flags=(), paired_speedup=None)
+                for p in proposals]
+    recorded[3] = replace(recorded[3], kernel_us=recorded[3].cublas_us / 1.5)  # steady
+    db = TunedDatabase(f"sqlite:///{tmp_path / 'tuned.db'}")
+    seen: list = []
+    runner = _Lucky(str(proposals[1]), 2.0, 0.9, records=recorded, archs=ARCHS)
+    only = dict(SETTINGS, backends=(proposals[0].backend,), batch=3, policy_share=1.0)
+    tuner = Tuner(runner, _Only(proposals), _url(tmp_path),
+                  TuneSettings(budget=Budget(6), **only), database=db,
+                  on_result=lambda e: seen.append(db.best("replay", PROBLEM)))
+    outcome = tuner.tune(PROBLEM)
+    assert len(seen) == 6 and seen == [None] * 6
+    assert outcome.confirmed and outcome.best.program == str(proposals[3])
+    assert str(db.best("replay", PROBLEM).program) == str(proposals[3])
 
 
 def test_without_confirmation_the_best_reading_stands(tmp_path):

@@ -4,6 +4,7 @@
     gemmforge bench --shapes sample:50:3 --backends triton,cuda_mma --arch sm_90a
     gemmforge bench --shapes grid --program @programs.txt --name grid_run
     gemmforge bench --shapes 4096x4096x4096 --chosen      # what matmul runs, and where it came from
+    gemmforge bench --shapes 4096x4096x4096 --dtype bf16 --chosen   # bf16 operands, cuBLAS in bf16
 
 Each shape gets every `--program` (text, or @file with one per line) that verify accepts
 for it, plus, per `--backends` entry, the heuristic policy's first legal program for that
@@ -105,7 +106,7 @@ def _plan(args) -> tuple[list, object]:
     """[(problem, its candidates)] and the BenchSettings, every argument checked; a
     UsageError when there is nothing to measure."""
     arguments.environment()
-    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    problems = arguments.shapes(args.shapes, args.layout, args.acc, dtype=args.dtype)
     programs = _programs(args.program or [])
     backends = arguments.backends(args.backends) or ()
     if not programs and not backends and not args.chosen:
@@ -167,6 +168,8 @@ def add_to(sub) -> None:
                         "kernel,after: the chosen program with and without pdl)")
     b.add_argument("--layout", default="nn")
     b.add_argument("--acc", default="f32")
+    b.add_argument("--dtype", default="f16",
+                   help="operands and output: f16 or bf16 (cuBLAS timed in the same dtype)")
     b.add_argument("--protocols", default="kernel,call",
                    help="comma list of kernel, cold, call, server, sustained, after (kernel,call); "
                         "after: each launch after another kernel, which a pdl program can't overlap")

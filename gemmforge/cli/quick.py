@@ -3,9 +3,11 @@
     gemmforge tune --quick --shapes 77x4096x4096,600x14336x4096       # on the GPU
     gemmforge tune --quick --shapes @benchmarks/shapes/off_grid_models.txt --storage t.db
     gemmforge tune --quick --shapes 77x4096x4096 --replay synthetic    # no GPU: replayed
+    gemmforge tune --quick --shapes 77x4096x4096 --layout nt --dtype bf16   # bf16 operands
 
-Per shape: the 4 nearest distinct shipped programs and the heuristic's top 2 of cuda_wgmma
-and triton (`--backends` picks others), timed in one group beside cuBLAS (kernel, cold, call
+Per shape: the 4 nearest distinct shipped programs (for `--dtype bf16`: bf16 rows first,
+then the f16 rows' programs, all timed in bf16) and the heuristic's top 2 of cuda_wgmma
+and triton (`--backends` picks others), timed in one group beside cuBLAS (of the same dtype) (kernel, cold, call
 and after protocols, 10 rounds, re-gated after timing); the best ok one (after another kernel,
 as a campaign's confirmation picks) becomes the tuned
 database's entry (`--storage`, default the tuner's), which `matmul`, `emit` and the torch
@@ -40,7 +42,7 @@ def _checked(args):
     """(problems, backends, storage URL), every argument checked (UsageError: exit 2)."""
     from ..search.tune.quick import QUICK_BACKENDS
     arguments.environment()
-    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    problems = arguments.shapes(args.shapes, args.layout, args.acc, dtype=args.dtype)
     backends = arguments.backends(args.backends) or QUICK_BACKENDS
     args.replay = arguments.replay(args.replay)
     if args.storage == ":memory:":

@@ -78,5 +78,5 @@ def add_to(sub) -> None:
                         "protocol's alone (rows without it refused)")
     s.add_argument("--command", required=True, help="the command that measured the files")
     s.add_argument("--out", help="the shipped file to update (default: the package's "
-                                 "dispatch/data/shipped.json)")
+                                 "dispatch/data/shipped.json.gz)")
     s.set_defaults(run=cmd_ship)

@@ -23,9 +23,11 @@ in parallel) and may tune `--concurrent` shapes at once (default 1; more threads
 one shape's builds with another's measurements, but contend for the Python interpreter and
 the storage: on an H100 with 16 cores, 1 x 16 and 8 x 8 both measured 6.2 candidates per
 GPU-second, benchmarks/README.md). Candidates are timed with the kernel protocol only
-(`--protocols`, the reward's protocol); the best `--confirm` are timed again together, below
-the large class after another kernel too (with each pdl one's twin without pdl), and the best
-there is recorded (search.tune.confirm); `gemmforge bench` times the winners with all.
+(`--protocols`, the reward's protocol); the best `--confirm` are timed again together with
+the program the resolver served before the tune and the tuned entry, beside cuBLAS, below
+the large class after another kernel too (with each pdl one's twin without pdl), and only
+the best there is recorded (search.tune.confirm; where it reads slower than cuBLAS, `matmul`
+then calls cuBLAS); `gemmforge bench` times the winners with all.
 At the end: a summary table, and a CSV + PNG of the best program per shape
 (search.measure.report) in the current directory or `--report-dir`. The studies open in
 optuna-dashboard:
@@ -139,11 +141,17 @@ def model_shapes(args) -> None:
         raise UsageError("--model and --shapes: give one of them")
     if args.layout not in ("nn", "nt"):
         raise UsageError(f"--layout: {args.layout!r} is not nn or nt")
-    from ..model_layers import model_problems
+    from ..model_layers import layer_problems, model_layers
+    from ..torch_op import bucket
     tokens = arguments.positive_ints("--tokens", args.tokens or DEFAULT_TOKENS)
-    problems = model_problems(args.model, tokens)
+    layers = model_layers(args.model)
+    problems = layer_problems(layers, tokens, args.model)
     args.shapes = ",".join(f"{p.m}x{p.n}x{p.k}" for p in problems)
     args.layout = "nt"
+    buckets = sorted({bucket(t) for t in tokens})
+    print(f"{args.model}: {len(layers)} layer shapes n x k ({', '.join(map(str, layers))}; "
+          f"bias: patch runs the program's bias twin) at token buckets "
+          f"{', '.join(map(str, buckets))}: {len(problems)} shapes")
 
 
 DEFAULT_TOKENS = "1,16,64,256,1024,4096"
@@ -152,7 +160,7 @@ DEFAULT_TOKENS = "1,16,64,256,1024,4096"
 def tune_job(args) -> dict:
     """The job cmd_tune runs, every argument checked first (UsageError: exit 2)."""
     arguments.environment()
-    problems = arguments.shapes(args.shapes, args.layout, args.acc)
+    problems = arguments.shapes(args.shapes, args.layout, args.acc, dtype=args.dtype)
     _check_counts(args)
     backends = arguments.backends(args.backends)
     replay = arguments.replay(args.replay)
@@ -162,7 +170,8 @@ def tune_job(args) -> dict:
         arguments.cuda_devices("tune", args.gpus, "; use --replay synthetic (or a record "
                                "file) to try it without one")
     storage = storage_url(args.storage)
-    return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc)) for p in problems],
+    return {"problems": [(p.m, p.n, p.k, str(p.layout), str(p.acc), str(p.dtype))
+                         for p in problems],
             "budget": args.budget, "seconds": args.seconds, "batch": args.batch,
             "confirm": args.confirm,
             "policy": args.policy, "checkpoint": args.checkpoint, "storage": storage,
@@ -238,6 +247,8 @@ def add_to(sub) -> None:
                                     f"{DEFAULT_TOKENS}); each one's power-of-two bucket is tuned")
     t.add_argument("--layout", default="nn", help="nn or nt")
     t.add_argument("--acc", default="f32", help="f32 or f16")
+    t.add_argument("--dtype", default="f16",
+                   help="operands and output: f16 or bf16 (cuBLAS timed in the same dtype)")
     t.add_argument("--budget", type=int, default=32, help="measured candidates per shape")
     t.add_argument("--seconds", type=float, help="measurement seconds per shape (optional)")
     t.add_argument("--policy", default="heuristic", choices=tuple(POLICIES))
@@ -283,8 +294,9 @@ def add_to(sub) -> None:
                    help="timing protocols per candidate, comma list of kernel,cold,call,"
                         "server (kernel: the reward; the others cost GPU time)")
     t.add_argument("--confirm", type=int, default=3,
-                   help="after the budget, time the best N again together and record the "
-                        "winner's figures (0: keep the best single reading)")
+                   help="after the budget, time the best N again together with what served "
+                        "before the tune, and record only the winner (0: record each best "
+                        "single reading)")
     t.add_argument("--seed", type=int)
     t.add_argument("--replay", help="answer from a record file (CSV/JSONL) or 'synthetic' "
                                     "instead of a GPU")

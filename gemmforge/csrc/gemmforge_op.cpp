@@ -1,11 +1,13 @@
 // torch.ops.gemmforge.mm(a, b) and torch.ops.gemmforge.linear(x, w, bias): C = A @ B and
-// y = x @ w^T + bias (fp16, fp32 accumulate) through gemmforge kernels.
+// y = x @ w^T + bias (fp16 or bf16, fp32 accumulate) through gemmforge kernels.
 //
-// A table maps (token bucket of m, n, k, layout, device) to a kernel's C launch entries
-// (gemmforge_launch and, for a program with the bias epilogue, gemmforge_launch_bias; found by
-// dlopen in Python: compiler/runtime.py's SharedLibraryKernel) and a workspace tensor sized
-// for the bucket's largest m. A bucket is the power of two at or above m (bucket_of), so
-// every m of a bucket runs the one program chosen for it: the kernels take m at run time.
+// A table maps (token bucket of m, n, k, layout, operand dtype, device) to a kernel's C
+// launch entries (gemmforge_launch and, for a program with the bias epilogue,
+// gemmforge_launch_bias; found by dlopen in Python: compiler/runtime.py's SharedLibraryKernel)
+// and a workspace tensor sized for the bucket's largest m. The dtype is part of the key, so a
+// bf16 call never finds an fp16 kernel (nor the reverse): each dtype's kernels are registered
+// apart. A bucket is the power of two at or above m (bucket_of), so every m of a bucket runs
+// the one program chosen for it: the kernels take m at run time.
 // gemmforge.matmul and gemmforge.linear fill the table (resolve the program, build, load, then
 // torch.ops.gemmforge._register) and call the op. An entry may hold no launch entry at all:
 // cuBLAS won that bucket, and the op calls at::matmul / at::linear, as for a key it does not
@@ -49,6 +51,8 @@ using LaunchBiasFn = int (*)(const void*, const void*, void*, const void*, int, 
 
 constexpr int64_t kLayoutNN = 0;
 constexpr int64_t kLayoutNT = 1;
+constexpr int64_t kFloat16 = 0;   // the operand dtype codes of the table's keys
+constexpr int64_t kBFloat16 = 1;
 constexpr uintptr_t kTmaAlign = 16;  // bytes: TMA and 16-byte vector loads
 
 // The token bucket of m: the power of two at or above it (1, 2, 4, ..., 2^30, then 2^31 - 1).
@@ -59,16 +63,17 @@ int64_t bucket_of(int64_t m) {
 }
 
 struct Key {
-  int64_t m, n, k, layout, device;
+  int64_t m, n, k, layout, dtype, device;
   bool operator==(const Key& o) const {
-    return m == o.m && n == o.n && k == o.k && layout == o.layout && device == o.device;
+    return m == o.m && n == o.n && k == o.k && layout == o.layout && dtype == o.dtype &&
+           device == o.device;
   }
 };
 
 struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = std::hash<int64_t>{}(key.m);
-    for (int64_t v : {key.n, key.k, key.layout, key.device}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    for (int64_t v : {key.n, key.k, key.layout, key.dtype, key.device}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
     return h;
   }
 };
@@ -102,7 +107,15 @@ int64_t layout_of(const at::Tensor& b) {
   return -1;
 }
 
-std::string registered(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device);
+std::string registered(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t dtype,
+                       int64_t device);
+
+// The table's dtype code of a tensor: kFloat16, kBFloat16, or -1 (a dtype no kernel serves).
+int64_t dtype_of(const at::Tensor& t) {
+  if (t.scalar_type() == at::kHalf) return kFloat16;
+  if (t.scalar_type() == at::kBFloat16) return kBFloat16;
+  return -1;
+}
 
 bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) % kTmaAlign) == 0; }
 
@@ -111,7 +124,7 @@ void* current_stream(const c10::Device& device) {
   return impl->getStream(device).native_handle();
 }
 
-// The table's entry for (bucket of m, n, k, layout, device): copied out under the lock. A
+// The table's entry for (bucket of m, n, k, layout, dtype, device): copied out under the lock. A
 // missing key reads as found = false.
 struct Lookup {
   bool found = false;
@@ -121,9 +134,9 @@ struct Lookup {
   int64_t workspace_bytes = 0;
 };
 
-Lookup lookup(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device) {
+Lookup lookup(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t dtype, int64_t device) {
   std::shared_lock<std::shared_mutex> lock(table_mutex);
-  auto found = table.find({bucket_of(m), n, k, layout, device});
+  auto found = table.find({bucket_of(m), n, k, layout, dtype, device});
   if (found == table.end()) return {};
   const Entry& e = found->second;
   return {true, e.launch, e.launch_bias, e.workspace_bytes ? e.workspace.data_ptr() : nullptr,
@@ -132,7 +145,7 @@ Lookup lookup(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device) {
 
 // Shape, dtype and alignment checks both ops share: the reason to fall back, or kReasons.
 Reason unservable(const at::Tensor& a, const at::Tensor& b, int64_t m, int64_t n, int64_t k) {
-  if (a.scalar_type() != at::kHalf || b.scalar_type() != at::kHalf) return kDtype;
+  if (dtype_of(a) < 0 || dtype_of(a) != dtype_of(b)) return kDtype;
   if (a.device() != b.device()) return kDevice;
   if (m == 0 || n == 0 || k == 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) return kSize;
   if (!aligned(a.data_ptr()) || !aligned(b.data_ptr())) return kAlign;
@@ -141,7 +154,7 @@ Reason unservable(const at::Tensor& a, const at::Tensor& b, int64_t m, int64_t n
 
 const char* why(Reason reason) {
   switch (reason) {
-    case kDtype: return "operands are not all float16";
+    case kDtype: return "operands are not both float16 or both bfloat16";
     case kDevice: return "operands on different devices";
     case kSize: return "an empty or over-2^31 dimension";
     case kAlign: return "an operand's address is not 16-byte aligned (a view at an offset)";
@@ -159,7 +172,7 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b) {
   if (!a.is_contiguous() || layout < 0)
     return fallback(a, b, kLayout, "a is not row-major contiguous, or b is neither row-major "
                                    "(k, n) nor a transposed view of a row-major (n, k) tensor");
-  const Lookup e = lookup(m, n, k, layout, a.device().index());
+  const Lookup e = lookup(m, n, k, layout, dtype_of(a), a.device().index());
   if (!e.found)
     return fallback(a, b, kUnknown, "no kernel registered for this shape and device (gemmforge.matmul "
                                     "registers them; under torch.compile call it once before compiling)");
@@ -171,7 +184,8 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b) {
                            static_cast<size_t>(e.workspace_bytes), current_stream(a.device()));
   if (err != 0)
     return fallback(a, b, kLaunch, "the kernel refused its arguments (cudaError " + std::to_string(err) +
-                                   ", " + registered(m, n, k, layout, a.device().index()) + ")");
+                                   ", " + registered(m, n, k, layout, dtype_of(a),
+                                                     a.device().index()) + ")");
   return c;
 }
 
@@ -181,13 +195,13 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const c10::opti
   const bool has_bias = bias.has_value() && bias->defined();
   if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || !x.is_contiguous() ||
       !w.is_contiguous() || (has_bias && (bias->dim() != 1 || bias->size(0) != w.size(0) ||
-                                          bias->scalar_type() != at::kHalf || !bias->is_contiguous() ||
+                                          bias->scalar_type() != x.scalar_type() || !bias->is_contiguous() ||
                                           bias->device() != x.device() || !aligned(bias->data_ptr()))))
     return at::linear(x, w, bias);
   const int64_t k = w.size(1), n = w.size(0);
   const int64_t m = k ? x.numel() / k : 0;
   if (unservable(x, w, m, n, k) != kReasons) return at::linear(x, w, bias);
-  const Lookup e = lookup(m, n, k, kLayoutNT, x.device().index());
+  const Lookup e = lookup(m, n, k, kLayoutNT, dtype_of(x), x.device().index());
   if (has_bias ? !e.launch_bias : !e.launch) return at::linear(x, w, bias);
   c10::DeviceGuard guard(x.device());
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
@@ -203,7 +217,8 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const c10::opti
   if (err != 0) {
     if (!warned[kLaunch].exchange(true))
       TORCH_WARN("gemmforge.linear: the kernel refused its arguments (cudaError ", err, ", ",
-                 registered(m, n, k, kLayoutNT, x.device().index()), "); at::linear serves it");
+                 registered(m, n, k, kLayoutNT, dtype_of(x), x.device().index()),
+                 "); at::linear serves it");
     return at::linear(x, w, bias);
   }
   return y;
@@ -234,26 +249,30 @@ at::Tensor linear_autograd(c10::DispatchKeySet keys, const at::Tensor& x, const 
   return op.redispatch(keys & c10::after_autograd_keyset, x, w, bias);
 }
 
-// Register (bucket of m, n, k, layout, device). launch / launch_bias: C entry addresses, 0 for
-// "cuBLAS serves it" (both 0: the bucket is cuBLAS's). `m` may be any m of the bucket.
-void register_kernel(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device,
-                     int64_t launch, int64_t launch_bias, const at::Tensor& workspace,
+// Register (bucket of m, n, k, layout, dtype, device). launch / launch_bias: C entry
+// addresses of a kernel of that operand dtype, 0 for "cuBLAS serves it" (both 0: the bucket
+// is cuBLAS's). `m` may be any m of the bucket.
+void register_kernel(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t dtype,
+                     int64_t device, int64_t launch, int64_t launch_bias, const at::Tensor& workspace,
                      int64_t workspace_bytes, const std::string& program) {
   TORCH_CHECK(layout == kLayoutNN || layout == kLayoutNT, "gemmforge._register: layout 0 (nn) or 1 (nt)");
+  TORCH_CHECK(dtype == kFloat16 || dtype == kBFloat16,
+              "gemmforge._register: dtype 0 (f16) or 1 (bf16)");
   TORCH_CHECK(m > 0 && n > 0 && k > 0, "gemmforge._register: m, n and k must be positive");
   TORCH_CHECK(workspace_bytes >= 0 && workspace.nbytes() >= static_cast<size_t>(workspace_bytes),
               "gemmforge._register: the workspace holds ", workspace.nbytes(), " bytes, not ",
               workspace_bytes);
   std::unique_lock<std::shared_mutex> lock(table_mutex);
-  table[{bucket_of(m), n, k, layout, device}] =
+  table[{bucket_of(m), n, k, layout, dtype, device}] =
       Entry{reinterpret_cast<LaunchFn>(static_cast<intptr_t>(launch)),
             reinterpret_cast<LaunchBiasFn>(static_cast<intptr_t>(launch_bias)), workspace,
             workspace_bytes, program};
 }
 
-std::string registered(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t device) {
+std::string registered(int64_t m, int64_t n, int64_t k, int64_t layout, int64_t dtype,
+                       int64_t device) {
   std::shared_lock<std::shared_mutex> lock(table_mutex);
-  auto found = table.find({bucket_of(m), n, k, layout, device});
+  auto found = table.find({bucket_of(m), n, k, layout, dtype, device});
   return found == table.end() ? std::string() : found->second.program;
 }
 
@@ -272,9 +291,11 @@ int64_t forget_all() {
 TORCH_LIBRARY(gemmforge, lib) {
   lib.def("mm(Tensor a, Tensor b) -> Tensor");
   lib.def("linear(Tensor x, Tensor w, Tensor? bias=None) -> Tensor");
-  lib.def("_register(int m, int n, int k, int layout, int device, int launch, int launch_bias, "
-          "Tensor workspace, int workspace_bytes, str program) -> ()", &register_kernel);
-  lib.def("_registered(int m, int n, int k, int layout, int device) -> str", &registered);
+  lib.def("_register(int m, int n, int k, int layout, int dtype, int device, int launch, "
+          "int launch_bias, Tensor workspace, int workspace_bytes, str program) -> ()",
+          &register_kernel);
+  lib.def("_registered(int m, int n, int k, int layout, int dtype, int device) -> str",
+          &registered);
   lib.def("_bucket(int m) -> int", &bucket);
   lib.def("_forget_all() -> int", &forget_all);
 }

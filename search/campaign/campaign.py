@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from ...ir.program import Problem
+from .build_failures import KEY as FAILED, MESSAGE_CHARS
+from .build_failures import note_build_failures, record_build_failures
 from .campaign_clock import GUESS_S, OutOfTime, RunClock, hms
 from ..measure.campaign_store import CampaignStore
 from .portfolio import Portfolio
@@ -149,7 +151,7 @@ class Campaign:
 
     # build -----------------------------------------------------------------------------
     def _build(self, started: float, max_seconds: float | None) -> None:
-        failed = self.store.get("build_failed", {})
+        failed = self.store.get(FAILED, {})
         jobs: dict[str, Problem] = {}
         for problem in self.problems:
             for text in self.store.pending(problem, "portfolio"):
@@ -164,38 +166,16 @@ class Campaign:
             def on_built(text: str, failure: str | None, build_s: float) -> None:
                 bar.update()
                 if failure is not None:
-                    failed[text] = failure[:400]
-                    self.store.put("build_failed", failed)
+                    failed[text] = failure[:MESSAGE_CHARS]
+                    self.store.put(FAILED, failed)
             done = self.runner.build(list(jobs.items()), until, on_built)
         self.clock.count("build", done, time.monotonic() - start)
         self.log(f"build: {done} of {len(jobs)} programs in {time.monotonic() - start:.0f} s "
                  f"({sum(t in failed for t in jobs)} failed)")
-        self._record_build_failures(failed)
-
-    def _record_build_failures(self, failed: dict[str, str],
-                               problems: Sequence[Problem] | None = None) -> None:
-        """A program that failed to build is a failed portfolio result at every shape (of
-        `problems`, default all) where it is pending."""
-        if not failed:
-            return
-        for problem in self.problems if problems is None else problems:
-            texts = [t for t in self.store.pending(problem, "portfolio") if t in failed]
-            if texts:
-                self.store.record(problem, "portfolio", [Result(
-                    t, problem.m, problem.n, problem.k, str(problem.layout), str(problem.acc),
-                    status="failed", kind="compile", message=f"build: {failed[t]}")
-                    for t in texts])
-
-    # portfolio -------------------------------------------------------------------------
-    def _note_build_failures(self, results: Sequence[Result]) -> None:
-        """Programs that failed to build in a batch (the build pass ran out of time before
-        them): later shapes record the failure without building them again."""
-        failed = {r.program: r.message[:400] for r in results if r.kind == "compile"}
-        if failed:
-            self.store.put("build_failed", {**self.store.get("build_failed", {}), **failed})
+        record_build_failures(self.store, self.problems, failed)
 
     def _portfolio(self, started: float, max_seconds: float | None) -> None:
-        self._record_build_failures(self.store.get("build_failed", {}))
+        record_build_failures(self.store, self.problems, self.store.get(FAILED, {}))
         todo = [(p, self.store.pending(p, "portfolio")) for p in self.problems]
         todo = [(p, programs) for p, programs in todo if programs]
         total = sum(len(programs) for _, programs in todo)
@@ -214,9 +194,9 @@ class Campaign:
                 def on_group(problem: Problem, results: list[Result]) -> None:
                     self.store.record(problem, "portfolio", results)
                     bar.update(len(results))
-                    self._note_build_failures(results)
-                failed = self.store.get("build_failed", {})
-                self._record_build_failures(failed, [p for p, _ in chunk])
+                    note_build_failures(self.store, results)
+                failed = self.store.get(FAILED, {})
+                record_build_failures(self.store, [p for p, _ in chunk], failed)
                 chunk = [(p, [t for t in programs if t not in failed]) for p, programs in chunk]
                 self.runner.measure_groups([c for c in chunk if c[1]],
                                            self.settings.portfolio_bench, on_group,

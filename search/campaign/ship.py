@@ -4,7 +4,7 @@
         --device-class h100 --command "gemmforge campaign --incumbents shipped ..."
 
 Input: CSVs with the results-file columns (search.measure.report.COLUMNS; at least m, n, k, device,
-program, kernel_us, cublas_us; layout nn and acc f32 where absent), one row per (shape,
+program, kernel_us, cublas_us; layout nn, acc f32 and dtype f16 where absent), one row per (shape,
 program) reading. A row counts only if it passed the correctness gate as far as the CSV
 says: `status` ok where that column exists, `rel_err` within search.measure.gate.tolerance where
 measured, and every gate column (GATE_COLUMNS, e.g. a campaign's post-timing re-gate) true
@@ -12,7 +12,7 @@ where present. Rows of a replayed or synthetic device, or of another class than
 --device-class, outside --shape-classes (a round that re-timed rows it was not aimed at:
 they keep the confirmation of the round that was) or outside --shapes (a round whose changes
 were confirmed at some shapes only: the others keep their shipped rows), are refused too.
-Per (device class, layout, acc, shape), the program with the highest median speedup over its
+Per (device class, layout, acc, dtype, shape), the program with the highest median speedup over its
 readings ships (ties: more readings), with the medians of its figures. What that speedup is
 (rank_by, `--rank-by`): "auto" (the default) takes the most user-like protocol every reading
 of the shape measured: sustained (sustained_us and cublas_sustained_us, seconds under the
@@ -99,7 +99,7 @@ def refusal(row: dict, want_class: str | None,
 
 def _problem(row: dict) -> Problem:
     return Problem(int(row["m"]), int(row["n"]), int(row["k"]), row.get("layout") or "nn",
-                   row.get("acc") or "f32")
+                   row.get("acc") or "f32", row.get("dtype") or "f16")
 
 
 def _speedup(row: dict) -> float:
@@ -226,6 +226,7 @@ def merge(old: ShippedFile, new: list[ShippedRow], measured_id: str) -> dict:
             if (r.device_class, r.problem) not in keys]
     rows = kept + [(r, measured_id) for r in new]
     rows.sort(key=lambda x: (x[0].device_class, str(x[0].problem.layout), str(x[0].problem.acc),
+                             str(x[0].problem.dtype),
                              x[0].problem.flops, x[0].problem.m, x[0].problem.n))
     measurements = {mid: r.measured for r, mid in rows}
     return {"format": FORMAT, "measurements": dict(sorted(measurements.items())),
@@ -238,13 +239,17 @@ def _measured_id(measured: dict) -> str:
 
 
 def write(document: dict, path: Path) -> None:
-    """Write the document with one row per line (diffs stay readable), atomically."""
+    """Write the document with one row per line, atomically; gzip-compressed where the
+    name ends in .gz (dispatch.shipped.text reads both)."""
     rows = ",\n".join("    " + _dumps(r) for r in document["rows"])
     head = {k: v for k, v in document.items() if k != "rows"}
     text = _dumps(head, indent=1)[:-1].rstrip() + ',\n "rows": [\n' + rows + "\n ]\n}\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    if path.suffix == ".gz":  # mtime 0: the same rows give the same bytes
+        tmp.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    else:
+        tmp.write_text(text)
     tmp.replace(path)
 
 

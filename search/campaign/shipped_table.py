@@ -37,10 +37,12 @@ def ratios(rows: list[dict], protocol: str) -> list[float]:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """One line per (device class, layout), sorted."""
+    """One line per (device class, layout, operand dtype), sorted; a bf16 group's layout
+    reads "nn bf16" (f16 rows, which carry no dtype, keep the bare layout)."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in rows:
-        groups[(r["device_class"], r["layout"])].append(r)
+        layout = r["layout"] + (f" {r['dtype']}" if r.get("dtype", "f16") != "f16" else "")
+        groups[(r["device_class"], layout)].append(r)
     out = []
     for (device, layout), rs in sorted(groups.items()):
         cold, after = ratios(rs, "cold"), ratios(rs, "after")
@@ -68,7 +70,8 @@ def table(lines: list[dict]) -> list[str]:
 
 def shipped_table(path: Path) -> list[str]:
     """The table of the shipped file at `path`."""
-    return table(summary(json.loads(Path(path).read_text())["rows"]))
+    from ...dispatch.shipped import text
+    return table(summary(json.loads(text(path))["rows"]))
 
 
 def between_markers(text: str) -> list[str]:

@@ -100,7 +100,8 @@ class _Buffers:
             self.a = a
             self.b_kn = b if str(problem.layout) == "nn" else b.t().contiguous()
             self.b_nk = b if str(problem.layout) == "nt" else b.t().contiguous()
-            self.c = torch.empty((problem.m, problem.n), dtype=torch.float16, device="cuda")
+            self.c = torch.empty((problem.m, problem.n), dtype=gate.element_dtype(problem),
+                                 device="cuda")
             self.c_blas = torch.empty_like(self.c)
         self.ws_bytes = max((self._ws_need(k) for k in self.kernels), default=0)
         ws = t.get("ws") if reuse else None
@@ -118,7 +119,7 @@ class _Buffers:
         self.sets = [first, *(tuple(t.clone() for t in first) for _ in range(sets - 1))]
 
     def footprint(self) -> int:
-        """Bytes one launch touches: A, one layout of B, C (fp16)."""
+        """Bytes one launch touches: A, one layout of B, C (fp16 or bf16: 2 bytes each)."""
         p = self.problem
         return 2 * (p.m * p.k + p.k * p.n + p.m * p.n)
 
@@ -311,8 +312,8 @@ def run_group(requests: Sequence[MeasureRequest], artifacts: Sequence[ArtifactRe
     measure_s of each Result is the group's time over its number of requests."""
     first = requests[0] if requests else None
     if not requests or len(requests) != len(artifacts) or any(
-            (r.m, r.n, r.k, r.layout, r.acc, r.settings)
-            != (first.m, first.n, first.k, first.layout, first.acc, first.settings)
+            (r.m, r.n, r.k, r.layout, r.acc, r.dtype, r.settings)
+            != (first.m, first.n, first.k, first.layout, first.acc, first.dtype, first.settings)
             for r in requests):
         raise ValueError("a group is one or more requests (each with its artifact) for one "
                          "problem with one BenchSettings")
@@ -327,9 +328,11 @@ def _measure(requests, artifacts, *, load, isolate_wrong: bool,
     start = time.perf_counter()
     problem, settings, sync = requests[0].problem(), requests[0].settings, torch.cuda.synchronize
     for art in artifacts:
-        if (art.layout, art.acc) != (str(problem.layout), str(problem.acc)):
-            raise RuntimeError(f"artifact {art.key} computes {art.layout}/{art.acc}, the "
-                               f"request asks for {problem.layout}/{problem.acc}")
+        if (art.layout, art.acc, art.dtype) != (str(problem.layout), str(problem.acc),
+                                                str(problem.dtype)):
+            raise RuntimeError(f"artifact {art.key} computes {art.layout}/{art.acc}/"
+                               f"{art.dtype}, the request asks for {problem.layout}/"
+                               f"{problem.acc}/{problem.dtype}")
     kernels = [(load or runtime_load)(art.to_artifact()) for art in artifacts]
     results: dict[int, Result] = {}
     errs: dict[int, float] = {}

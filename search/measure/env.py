@@ -44,7 +44,8 @@ def _request(program, problem, settings: BenchSettings, seed: int) -> MeasureReq
     from ...ir.verify import check
     text = program if isinstance(program, str) else str(program)
     placeholder = MeasureRequest(text.strip(), problem.m, problem.n, problem.k,
-                                 str(problem.layout), str(problem.acc), settings, seed)
+                                 str(problem.layout), str(problem.acc), settings, seed,
+                                 dtype=str(problem.dtype))
     try:
         parsed = parse(text) if isinstance(program, str) else program
         reason = check(parsed, problem)

@@ -187,7 +187,7 @@ def _groups(requests: Sequence[MeasureRequest]) -> list[list[int]]:
     where the settings ask for it (BenchSettings.interleave); the rest alone."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        key = ((r.m, r.n, r.k, r.layout, r.acc, r.settings) if r.settings.interleave
+        key = ((r.m, r.n, r.k, r.layout, r.acc, r.dtype, r.settings) if r.settings.interleave
                else (i,))
         groups.setdefault(key, []).append(i)
     return list(groups.values())

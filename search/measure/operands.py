@@ -6,7 +6,8 @@ POOL_BYTES = 4 << 30
 
 
 class OperandPool:
-    """A worker's operand and output tensors of its recent problems, by (m, n, k, layout),
+    """A worker's operand and output tensors of its recent problems, by (m, n, k, layout,
+    dtype),
     least recently used first out beyond `limit` bytes (the newest always stays).
 
     Why: where a buffer lands decides which L2 partition and DRAM channels serve it, so
@@ -23,14 +24,16 @@ class OperandPool:
         """The problem's tensors (a, b_kn, b_nk, c, c_blas, and "ws" once a caller puts
         a workspace there), allocated on first use."""
         import torch
-        key = (problem.m, problem.n, problem.k, str(problem.layout))
+        from .gate import element_dtype
+        key = (problem.m, problem.n, problem.k, str(problem.layout),
+               str(getattr(problem, "dtype", "f16")))
         tensors = self.kept.pop(key, None)
         if tensors is None:
             m, n, k = problem.m, problem.n, problem.k
-            f16 = {"dtype": torch.float16, "device": self.device}
-            tensors = {"a": torch.empty((m, k), **f16), "b_kn": torch.empty((k, n), **f16),
-                       "b_nk": torch.empty((n, k), **f16), "c": torch.empty((m, n), **f16),
-                       "c_blas": torch.empty((m, n), **f16)}
+            like = {"dtype": element_dtype(problem), "device": self.device}  # fp16 or bf16
+            tensors = {"a": torch.empty((m, k), **like), "b_kn": torch.empty((k, n), **like),
+                       "b_nk": torch.empty((n, k), **like), "c": torch.empty((m, n), **like),
+                       "c_blas": torch.empty((m, n), **like)}
         self.kept[key] = tensors  # (re)inserted last: the most recently used
         while len(self.kept) > 1 and self._bytes() > self.limit:
             self.kept.pop(next(iter(self.kept)))

@@ -7,16 +7,16 @@ object ever crosses a process boundary ("Do not put CUDA Tensors in here!", Indu
 autotune_process). A failure is a value: `Result.kind` is one of FAILURE_KINDS with a message.
 
 `from_dict` ignores keys it doesn't know, so a file written by a later version (one more
-field) still reads; a missing field takes its default.
+field) still reads; a missing field takes its default (search.measure.record_json).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .record_json import Record, known_fields
 from .timing_protocols import PROTOCOLS
 
 FAILURE_KINDS = ("invalid", "compile", "runtime", "timeout", "wrong")
@@ -28,44 +28,8 @@ IMPLAUSIBLE = "implausible"
 """Prefix of a Result flag saying a time is faster than the chip can physically go."""
 
 
-def _from_dict(cls, data: dict):
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def _to_dict(record) -> dict:
-    out = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if dataclasses.is_dataclass(value):
-            value = value.to_dict()
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[f.name] = value
-    return out
-
-
-class _Record:
-    """to_dict/from_dict and to_json/from_json for the records below."""
-
-    def to_dict(self) -> dict:
-        return _to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        return _from_dict(cls, data)
-
-    def to_json(self) -> str:
-        """One line of JSON (NaN and infinity are written as Python's json writes them)."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str):
-        return cls.from_dict(json.loads(text))
-
-
 @dataclass(frozen=True)
-class BenchSettings(_Record):
+class BenchSettings(Record):
     """How one request is timed (search.measure.bench). All times are per launch, in microseconds.
 
     Contenders: the candidate, cuBLAS NN (torch.matmul with B as K x N) and cuBLAS TN (B
@@ -190,10 +154,12 @@ class BenchSettings(_Record):
 
 
 @dataclass(frozen=True)
-class MeasureRequest(_Record):
+class MeasureRequest(Record):
     """One (program, problem) to measure: the program's canonical text, the problem's
-    m, n, k, layout ("nn" or "nt") and accumulator ("f32" or "f16"), the bench settings and
-    the seed of the random inputs. `key` is the program's content key (for logs)."""
+    m, n, k, layout ("nn" or "nt"), accumulator ("f32" or "f16") and operand dtype ("f16"
+    or "bf16": the worker's operands, outputs and cuBLAS baselines are of it), the bench
+    settings and the seed of the random inputs. `key` is the program's content key (for
+    logs)."""
 
     program: str
     m: int
@@ -204,24 +170,22 @@ class MeasureRequest(_Record):
     settings: BenchSettings = field(default_factory=BenchSettings)
     seed: int = 0
     key: str = ""
+    dtype: str = "f16"
 
     @classmethod
     def make(cls, program, problem, settings: BenchSettings | None = None,
              seed: int = 0) -> "MeasureRequest":
-        """A request for an ir Program (or its text) and an ir Problem (f16 operands: the
-        timing worker's buffers and cuBLAS baselines are fp16; ValueError for another)."""
-        dtype = str(getattr(problem, "dtype", "f16"))
-        if dtype != "f16":
-            raise ValueError(f"dtype: measuring times f16 operands only; {problem} is {dtype}")
+        """A request for an ir Program (or its text) and an ir Problem (its dtype: f16 or
+        bf16)."""
         text = str(program)
         key = program.key if hasattr(program, "key") else ""
         return cls(text, problem.m, problem.n, problem.k, str(problem.layout), str(problem.acc),
-                   settings or BenchSettings(), seed, key)
+                   settings or BenchSettings(), seed, key, str(getattr(problem, "dtype", "f16")))
 
     def problem(self):
         """The ir.Problem this request computes."""
         from ...ir.program import Problem
-        return Problem(self.m, self.n, self.k, self.layout, self.acc)
+        return Problem(self.m, self.n, self.k, self.layout, self.acc, self.dtype)
 
     @property
     def backend(self) -> str:
@@ -232,11 +196,11 @@ class MeasureRequest(_Record):
         data = dict(data)
         if isinstance(data.get("settings"), dict):
             data["settings"] = BenchSettings.from_dict(data["settings"])
-        return _from_dict(cls, data)
+        return known_fields(cls, data)
 
 
 @dataclass(frozen=True)
-class ArtifactRecord(_Record):
+class ArtifactRecord(Record):
     """A built kernel as a plain record (compiler.values.Artifact with str fields)."""
 
     key: str
@@ -266,7 +230,7 @@ class ArtifactRecord(_Record):
 
 
 @dataclass(frozen=True)
-class Result(_Record):
+class Result(Record):
     """What measuring one request gave. Times are microseconds per GEMM (None: not measured).
 
     status "ok" or "failed"; a failure has `kind` (one of FAILURE_KINDS) and `message`.
@@ -321,6 +285,7 @@ class Result(_Record):
     flags: tuple[str, ...] = ()
     build_s: float | None = None
     measure_s: float | None = None
+    dtype: str = "f16"  # the operands' and output's, cuBLAS's included ("f16" or "bf16")
 
     def __post_init__(self):
         object.__setattr__(self, "flags", tuple(self.flags))
@@ -335,13 +300,13 @@ class Result(_Record):
         """A failed Result for `request`."""
         return cls(request.program, request.m, request.n, request.k, request.layout,
                    request.acc, status="failed", kind=kind, message=message, key=request.key,
-                   **extra)
+                   dtype=request.dtype, **extra)
 
     @classmethod
     def for_request(cls, request: MeasureRequest, **values) -> "Result":
         """An ok Result for `request` with the measured `values`."""
         return cls(request.program, request.m, request.n, request.k, request.layout,
-                   request.acc, key=request.key, **values)
+                   request.acc, key=request.key, dtype=request.dtype, **values)
 
     @property
     def ok(self) -> bool:
@@ -354,6 +319,11 @@ class Result(_Record):
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    def problem(self):
+        """The ir.Problem this result measured."""
+        from ...ir.program import Problem
+        return Problem(self.m, self.n, self.k, self.layout, self.acc, self.dtype)
 
     @property
     def speedup(self) -> float | None:

@@ -172,16 +172,19 @@ def synthetic_result(program: Program, problem: Problem) -> Result:
     blas, _ = cublas_us(problem)
     return Result(str(program), problem.m, problem.n, problem.k, str(problem.layout),
                   str(problem.acc), device=SYNTHETIC_DEVICE, key=program.key,
+                  dtype=str(problem.dtype),
                   kernel_us=synthetic_kernel_us(program, problem), cublas_us=blas,
                   flags=(SYNTHETIC_FLAG,))
 
 
-def _key(program: str, m: int, n: int, k: int, layout: str, acc: str) -> Key:
-    return (" ".join(program.split()), int(m), int(n), int(k), str(layout), str(acc))
+def _key(program: str, m: int, n: int, k: int, layout: str, acc: str,
+         dtype: str = "f16") -> Key:
+    return (" ".join(program.split()), int(m), int(n), int(k), str(layout), str(acc),
+            str(dtype or "f16"))
 
 
 def load_records(path: Path | str) -> dict[Key, Result]:
-    """Recorded Results by (program text, m, n, k, layout, acc), from a CSV that
+    """Recorded Results by (program text, m, n, k, layout, acc, dtype), from a CSV that
     search.measure.report wrote or a JSONL of Result dicts; a later row wins."""
     path = Path(path)
     if path.suffix == ".csv":
@@ -190,7 +193,7 @@ def load_records(path: Path | str) -> dict[Key, Result]:
     else:
         rows = [Result.from_dict(json.loads(line)) for line in path.read_text().splitlines()
                 if line.strip()]
-    return {_key(r.program, r.m, r.n, r.k, r.layout, r.acc): r for r in rows}
+    return {_key(r.program, r.m, r.n, r.k, r.layout, r.acc, r.dtype): r for r in rows}
 
 
 def write_records(results: Iterable[Result], path: Path | str) -> Path:
@@ -217,7 +220,8 @@ class ReplayRunner:
         elif isinstance(records, (str, Path)):
             self.records = load_records(records)
         else:
-            self.records = {_key(r.program, r.m, r.n, r.k, r.layout, r.acc): r for r in records}
+            self.records = {_key(r.program, r.m, r.n, r.k, r.layout, r.acc, r.dtype): r
+                            for r in records}
         self.synthetic, self.device, self.delay_s = synthetic, device, delay_s
         self.archs = tuple(Arch(a) for a in archs)
         self.calls = 0
@@ -227,12 +231,12 @@ class ReplayRunner:
         from ...ir.verify import check
         text = str(program)
         base = Result(text, problem.m, problem.n, problem.k, str(problem.layout),
-                      str(problem.acc), key=program.key)
+                      str(problem.acc), key=program.key, dtype=str(problem.dtype))
         reason = check(program, problem)
         if reason:
             return _failed(base, "invalid", reason)
         hit = self.records.get(_key(text, problem.m, problem.n, problem.k, str(problem.layout),
-                                    str(problem.acc)))
+                                    str(problem.acc), str(problem.dtype)))
         if hit is not None:
             return hit
         if self.synthetic:

@@ -8,7 +8,8 @@ One CSV row per measured (shape, program), with the columns of COLUMNS (DESIGN.m
 at least m,n,k,device,backend,program,kernel_us,cublas_us,call_us,cublas_call_us). Times
 are microseconds; an empty cell is a time that wasn't measured (a failure, or a protocol
 left out). `speedup` = cublas_us / kernel_us and `call_speedup` = cublas_call_us / call_us
-are written for reading convenience and recomputed, not read, by read_csv. Record the
+are written for reading convenience and recomputed, not read, by read_csv. `dtype` is the
+operands' and cuBLAS's (f16 or bf16; a file written before the column reads as f16). Record the
 command that produced a file in benchmarks/README.md.
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .timing_protocols import PROTOCOLS
 
 _SPEEDUP_COLUMN = {"kernel": "speedup", "call": "call_speedup"}  # written after their times
 _TIMES = tuple(f for p in PROTOCOLS.values() for f in (p.field, p.cublas_field))
-COLUMNS = ("m", "n", "k", "layout", "acc", "device", "backend", "program", "status", "kind",
+COLUMNS = ("m", "n", "k", "layout", "acc", "dtype", "device", "backend", "program", "status",
+           "kind",
            *(c for p in PROTOCOLS.values()
              for c in (p.field, p.cublas_field, _SPEEDUP_COLUMN.get(p.name)) if c),
            "rel_err", "spread", "cublas_spread", "paired_speedup", "flags", "key", "build_s",
@@ -103,13 +105,13 @@ def read_csv(path: Path | str) -> list[Result]:
 
 
 def best_per_shape(results: Iterable[Result]) -> list[Result]:
-    """The ok result with the highest kernel speedup for each (m, n, k, layout, acc, device),
+    """The ok result with the highest kernel speedup for each (m, n, k, layout, acc, dtype, device),
     sorted by FLOPs."""
     best: dict[tuple, Result] = {}
     for r in results:
         if not r.ok or r.speedup is None:
             continue
-        key = (r.m, r.n, r.k, r.layout, r.acc, r.device)
+        key = (r.m, r.n, r.k, r.layout, r.acc, r.dtype, r.device)
         if key not in best or r.speedup > best[key].speedup:
             best[key] = r
     return sorted(best.values(), key=lambda r: (r.flops, r.m, r.n, r.k))

@@ -6,12 +6,14 @@ The highest of many noisy measurements reads high: in the first grid sweeps the 
 programs per shape overstated the geomean by 0.5-1.7 points, and a shape's winner from one
 sweep fell from 0.99 to 0.96 when timed again (benchmarks/NOTES.md, "The best of a sweep
 reads high"). So once a problem's budget is spent, the study's `top` best distinct programs
-by measured reward, and the tuned database's current entry for the device and problem if
-it is another program, are measured again in one batch (the runner times a batch of one
-problem as one group: every round visits all of them and cuBLAS). The best of that batch
+by measured reward, with the incumbents (search.tune.incumbent: the program the resolver
+served before the tune, and the tuned database's current entry for the device and problem)
+where they are other programs, are measured again in one batch (the runner times a batch of
+one problem as one group: every round visits all of them and cuBLAS). The best of that batch
 becomes the database entry, with the confirmation's figures, replacing what is there: the
 entry is always the winner of the latest head-to-head measurement, not the luckiest
-reading ever taken. The study keeps the confirmation (user attribute "confirmed"); a later
+reading ever taken, and never slower there than the incumbent. Where it reads slower than
+cuBLAS its record says so, and the resolver serves cuBLAS (dispatch.choice's cuBLAS rule). The study keeps the confirmation (user attribute "confirmed"); a later
 run whose contenders were all in it, timed with the same protocols, returns it without
 measuring again.
 
@@ -24,19 +26,23 @@ without pdl joins the contenders: the trials' ranking can leave it out of the to
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..measure.env import WORST_REWARD, reward
 from ..measure.shapes import shape_class
 from ..measure.records import Result
 from ..measure.selection import selection_ratio
+from .incumbent import incumbent_programs
 from .studies import measured_trials
 
 ATTR = "confirmed"
 
 
-def contenders(study, top: int, incumbent: str | None = None, problem=None) -> list[str]:
+def contenders(study, top: int, incumbents: Sequence[str] = (), problem=None) -> list[str]:
     """The study's `top` best distinct ok programs by measured reward (best first), then,
     with `problem` below the large class, each pdl one's twin without pdl (pdl_free_twins),
-    then `incumbent` (the database entry's program text) if it is not among them."""
+    then each of `incumbents` (program texts: what served before the tune, the database's
+    entry) not among them."""
     ranked = sorted((t for t in measured_trials(study.get_trials(deepcopy=False))
                      if t.user_attrs.get("status") == "ok" and t.value is not None
                      and t.value > WORST_REWARD),
@@ -50,8 +56,8 @@ def contenders(study, top: int, incumbent: str | None = None, problem=None) -> l
             break
     if problem is not None:
         programs += pdl_free_twins(programs, problem)
-    if programs and incumbent and incumbent not in programs:
-        programs.append(incumbent)
+    if programs:
+        programs += [text for text in dict.fromkeys(incumbents) if text not in programs]
     return programs
 
 
@@ -87,24 +93,31 @@ def confirmation_protocols(runner, problem) -> tuple[str, ...]:
     return protocols
 
 
-def source_of(study, program: str) -> str:
+def source_of(study, program: str, before=None) -> str:
     """The source (policy name, "sampler", ...) of the study's trial that measured
-    `program`, or "database" if none did (the database's entry, tuned elsewhere)."""
+    `program`; else, for the program the resolver served before the tune (`before`, a
+    dispatch.choice.Choice), its provenance ("shipped-exact", ...); else "database" (the
+    database's entry, tuned elsewhere)."""
     for t in measured_trials(study.get_trials(deepcopy=False)):
         if t.user_attrs["result"]["program"] == program:
             return t.user_attrs.get("source", "")
+    if before is not None and not before.cublas and str(before.program) == program:
+        return before.provenance
     return "database"
 
 
-def confirm(runner, study, problem, top: int, database=None,
-            command: str = "") -> tuple[Result | None, bool]:
-    """Measure the contenders again on `runner` and record the best in `database`.
+def confirm(runner, study, problem, top: int, database=None, command: str = "",
+            before=None) -> tuple[Result | None, bool]:
+    """Measure the contenders again on `runner` and record the best in `database`;
+    `before`: what the resolver served before the tune (search.tune.incumbent.resolver_choice,
+    taken before any trial was recorded; None: only the database's entry competes).
 
     Returns (the confirmed best Result, whether it was measured now), or (None, False)
     when there is nothing to confirm or none of the contenders measured ok again."""
     from ...ir.text import parse
     entry = database.best(runner.device, problem) if database is not None else None
-    programs = contenders(study, top, str(entry.program) if entry else None, problem)
+    incumbents = [str(p) for p in incumbent_programs(before, entry)]
+    programs = contenders(study, top, incumbents, problem)
     if not programs:
         return None, False
     protocols = confirmation_protocols(runner, problem)

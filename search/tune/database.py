@@ -43,6 +43,7 @@ class TunedDatabase(TunedTable):
         program = parse(result.program)
         values = dict(device=device, problem=str(problem), m=problem.m, n=problem.n,
                       k=problem.k, layout=str(problem.layout), acc=str(problem.acc),
+                      dtype=str(problem.dtype),
                       arch=program.arch.value, backend=program.backend, program=str(program),
                       key=program.key, kernel_us=result.kernel_us, cublas_us=result.cublas_us,
                       speedup=result.speedup, call_us=result.call_us,

@@ -17,14 +17,15 @@ tuned database entry for (runner.device, shape), so the resolver serves it next 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ...ir.program import Arch, Problem, Program
-from ...dispatch.choice import MAX_DISTANCE, distance, resolve, usable
-from ...dispatch.devices import DEFAULT_CLASS, device_class, lookup_classes
+from ...ir.program import Arch, DType, Problem, Program
+from ...dispatch.choice import MAX_DISTANCE, distance, usable
+from ...dispatch.devices import lookup_classes
 from ..measure.records import BenchSettings, Result
 from ..measure.selection import selection_ratio
 from ..measure.shapes import shape_class
+from .incumbent import incumbent_programs, lookup_class, resolver_choice  # noqa: F401 (lookup_class: re-exported)
 
 QUICK_BACKENDS = ("cuda_wgmma", "triton")
 """The heuristic's backends for the quick tune: the two that won the grid campaign."""
@@ -69,19 +70,24 @@ def neighbour_candidates(problem: Problem, arch: Arch, device_class: str | None,
 
 def _shipped_nearest(problem, arch, cls, path, limit) -> list[Program]:
     """Programs of the shipped rows of `cls` and its siblings within `limit`, usable at
-    `problem`, in the order neighbour_candidates documents (duplicates kept)."""
+    `problem`, in the order neighbour_candidates documents (duplicates kept): rows of the
+    problem's operand dtype first, then, for a bf16 problem, the f16 rows' programs (the
+    f16 winners, to be timed in bf16: candidates only, their f16 figures are no evidence)."""
     if not cls:
         return []
     from ...dispatch.shipped import shipped
     book, classes = shipped(path), lookup_classes(cls)
+    keys = [problem] + ([replace(problem, dtype=DType.F16)] if problem.dtype != DType.F16 else [])
     rows = []
-    for rank, c in enumerate(classes):
-        for row in book.group(c, problem):
-            d = distance(problem, row.problem)
-            if d <= limit and row.program.arch == arch:
-                rows.append((d, rank, -(row.speedup or 0.0), str(row.problem), row.program))
-    rows.sort(key=lambda r: r[:4])
-    return [r[4] for r in rows if usable(r[4], problem)]
+    for own, key in enumerate(keys):
+        for rank, c in enumerate(classes):
+            for row in book.group(c, key):
+                d = distance(problem, row.problem)
+                if d <= limit and row.program.arch == arch:
+                    rows.append((own, d, rank, -(row.speedup or 0.0), str(row.problem),
+                                 row.program))
+    rows.sort(key=lambda r: r[:5])
+    return [r[5] for r in rows if usable(r[5], problem)]
 
 
 @dataclass
@@ -99,14 +105,6 @@ class QuickOutcome:
     after: str = ""
 
 
-def lookup_class(runner, arch: Arch) -> tuple[str, bool]:
-    """The device class to take shipped neighbours from, and whether it is the runner's
-    own: the runner's device's class, else (a replayed or synthetic device) the arch's
-    default class (dispatch.devices.DEFAULT_CLASS), whose rows then only seed the candidates."""
-    cls = device_class(runner.device)
-    return (cls, True) if cls else (DEFAULT_CLASS[arch], False)
-
-
 def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
                settings: BenchSettings = QUICK_BENCH, shipped: int = SHIPPED,
                per_backend: int = PER_BACKEND, backends: tuple[str, ...] = QUICK_BACKENDS,
@@ -122,17 +120,14 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
     where measured).
     Returns one QuickOutcome per problem, in order."""
     arch = runner.archs[0]
-    cls, own = lookup_class(runner, arch)
-    served = cls if own else None  # the class whose resolver a record can change
+    cls, _ = lookup_class(runner, arch)
     outcomes = {}
     for p in problems:
-        before = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
-                         cublas="slower")
+        before = resolver_choice(runner, p, database, shipped_path)
         programs = neighbour_candidates(p, arch, cls, shipped, per_backend, backends=backends,
                                         shipped_path=shipped_path, only=only)
         stored = database.best(runner.device, p)  # it competes too: the winner replaces it
-        for incumbent in ([] if before.cublas else [before.program]) + (
-                [stored.program] if stored is not None else []):
+        for incumbent in incumbent_programs(before, stored):
             if incumbent not in programs:
                 programs.insert(0, incumbent)
         outcomes[p] = QuickOutcome(p, [str(x) for x in programs], before=before.provenance)
@@ -151,6 +146,5 @@ def quick_tune(runner, problems: list[Problem], database, command: str = "", *,
     if large:  # under the power cap back-to-back figures read high: picked under sustained load
         runner.measure_groups(large, QUICK_LARGE_BENCH, on_group, seed=seed)
     for p, o in outcomes.items():
-        o.after = resolve(p, arch, served, tuned_url=database.url, shipped_path=shipped_path,
-                          cublas="slower").provenance
+        o.after = resolver_choice(runner, p, database, shipped_path).provenance
     return list(outcomes.values())

@@ -36,10 +36,10 @@ class TuneSettings:
     random start is mostly illegal programs, each a trial written and failed);
     heartbeat_s / grace_s: a running trial is stale after grace_s without a heartbeat;
     command: recorded with each best program in the tuned database; confirm: once the
-    budget is spent, the best `confirm` programs (and the database's entry) are timed
-    again together and the winner, with those figures, becomes the outcome and the
-    database entry (search.tune.confirm; 0: keep the best single reading; these measurements
-    are outside the budget)."""
+    budget is spent, the best `confirm` programs (and what the resolver served before the
+    tune, and the database's entry) are timed again together and the winner, with those
+    figures, becomes the outcome and the database entry (search.tune.confirm; 0: record
+    each best single reading; these measurements are outside the budget)."""
 
     budget: Budget = field(default_factory=Budget)
     batch: int = 8
@@ -62,7 +62,8 @@ class TuneSettings:
 @dataclass
 class Outcome:
     """A problem's study after tuning: `measured` candidates, the best ok Result and the
-    source (policy name, "sampler", "random", "database") of the best program; `confirmed`
+    source (policy name, "sampler", "random", "database", or the provenance of what the
+    resolver served before, such as "shipped-exact") of the best program; `confirmed`
     when `best` comes from the confirmation (search.tune.confirm), not the trials;
     `run_measured` of the `measured` were measured by this run (its tuner); `requeued`
     trials that a stopped run had left RUNNING were failed and queued again."""

@@ -13,11 +13,12 @@ turns each trial into a Program. A program that fails ir.verify is a FAIL trial 
 attr `reason` and costs no measurement; a program already measured in the study is told
 its earlier value (`duplicate_of`). The rest are measured together by the runner; each
 result is told (value = reward = log(cublas_us / kernel_us), a failed build or run gets
-search.measure.env.WORST_REWARD with its `kind` and `message`) and observed by the policy. A new
-best goes to the tuned database. Once the budget is spent, the best few programs (and the
-database's entry) are timed again together and the winner, with those figures, becomes
-the outcome and the database entry (`settings.confirm`, search.tune.confirm): the best of many
-noisy readings reads high.
+search.measure.env.WORST_REWARD with its `kind` and `message`) and observed by the policy. Once
+the budget is spent, the best few programs, the program the resolver served before the tune
+and the database's entry are timed again together beside cuBLAS, and the winner, with those
+figures, becomes the outcome and the database entry (`settings.confirm`, search.tune.confirm):
+the best of many noisy readings reads high, and a tune must not leave a shape slower than
+it found it. Without confirmation (`confirm=0`) each new best goes to the database.
 
 Budgets count the whole study, every run and worker together: `trials` measured
 candidates, `seconds` of measurement (the sum of each trial's `cost_s`). State lives only
@@ -83,10 +84,10 @@ class Tuner:
     """Tunes problems on one runner (one device) against a storage shared by any number of
     tuners. `policy` (policy.base.Policy, or None for the sampler alone) proposes part of
     every batch and observes every result; `database` (search.tune.database.TunedDatabase, or
-    None) receives each new best, except where it held an entry for the problem when this
-    tuner started on it and the run confirms: a trial's reading (the kernel protocol's, one
-    noisy figure) never displaces an entry a confirmation chose; the confirmation at the
-    budget's end decides, that entry among its contenders (search.tune.confirm).
+    None) receives the confirmation's winner where the run confirms (a trial's reading, the
+    kernel protocol's one noisy figure, never goes in: the confirmation at the budget's end
+    decides, what served before the tune among its contenders, search.tune.confirm), else
+    each new best.
     `on_result(event: dict)` is called after every measured
     candidate (keys: problem, measured, budget, reward, best_ratio, source, worker);
     `stop` (search.tune.interrupts.Stop) ends tuning before the next batch once set.
@@ -108,7 +109,7 @@ class Tuner:
         self._owner = owner_tag()
         self._rng = random.Random(self.settings.seed)
         self._observed: set[tuple[str, int]] = set()  # (study, trial number) seen by policy
-        self._held: set[str] = set()  # problems whose database entry a confirmation decides
+        self._before: dict[str, object] = {}  # problem -> what the resolver served at the start
 
     def study(self, problem: Problem):
         """The problem's study on this runner's device for this run's space (created if
@@ -140,9 +141,9 @@ class Tuner:
         the sums over its results of "build" (CPU) and "measure" (GPU) seconds."""
         study, space = self.study(problem), self.space(problem)
         study.set_user_attr(TUNER_PREFIX + self._owner, True)  # before looking for orphans
-        if (self.database is not None and self.settings.confirm
-                and self.database.best(self.runner.device, problem) is not None):
-            self._held.add(str(problem))
+        if self.settings.confirm:
+            from .incumbent import resolver_choice
+            self._before[str(problem)] = resolver_choice(self.runner, problem, self.database)
         requeued = fail_stale(study)
         self._observe_history(study, problem)
         timing = dict.fromkeys(("ask", "evaluate", "tell", "build", "measure"), 0.0)
@@ -205,11 +206,12 @@ class Tuner:
     def _confirm(self, study, problem: Problem, outcome: Outcome) -> Outcome:
         from .confirm import confirm, source_of
         start = time.monotonic()
+        before = self._before.get(str(problem))
         best, measured = confirm(self.runner, study, problem, self.settings.confirm,
-                                 self.database, self.settings.command)
+                                 self.database, self.settings.command, before)
         outcome.timing["evaluate"] += (time.monotonic() - start) if measured else 0.0
         return outcome if best is None else replace(
-            outcome, best=best, source=source_of(study, best.program), confirmed=True)
+            outcome, best=best, source=source_of(study, best.program, before), confirmed=True)
 
     def progress(self, problem: Problem) -> Outcome:
         """The problem's outcome as stored now, unconfirmed (what an interrupted run
@@ -385,7 +387,7 @@ class Tuner:
             self.policy.observe(problem, program, value)
         if result.ok and value > WORST_REWARD and (best is None or reward(best) < value):
             best = result
-            if self.database is not None and str(problem) not in self._held:
+            if self.database is not None and not self.settings.confirm:
                 self.database.record(self.runner.device, problem, result,
                                      self.settings.command, study=study.study_name)
         if self.on_result is not None:

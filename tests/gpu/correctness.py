@@ -59,3 +59,22 @@ def assert_matches_reference(kernel, m, n, k, layout, acc, bias: bool = False,
     assert not torch.isnan(out).any(), "unwritten (NaN) outputs"
     err = relative_error(out, ref)
     assert err < tolerance(k, acc, dtype), f"relative error {err:.2e}"
+
+
+def linear_layer(torch, n, k, bias, dtype="f16"):
+    """An nn.Linear(k, n) on the GPU of `dtype`, weights normal with std k^-1/2."""
+    layer = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch_dtype(dtype))
+    torch.nn.init.normal_(layer.weight, std=k ** -0.5)
+    if bias:
+        torch.nn.init.normal_(layer.bias)
+    return layer
+
+
+def check_linear(torch, y, x, layer):
+    """`y` is layer(x) as F.linear computes it in fp32, within the dtype's tolerance."""
+    ref = torch.nn.functional.linear(x.float(), layer.weight.float(),
+                                     None if layer.bias is None else layer.bias.float())
+    dtype = "bf16" if layer.weight.dtype == torch.bfloat16 else "f16"
+    assert y.shape == ref.shape and y.dtype == layer.weight.dtype
+    assert relative_error(y.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])) < \
+        tolerance(x.shape[-1], "f32", dtype)

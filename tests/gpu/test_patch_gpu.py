@@ -5,7 +5,7 @@ graph capture and replay; torch.compile(fullgraph=True) with no graph break (run
 machine)."""
 import pytest
 
-from .correctness import relative_error, tolerance
+from .correctness import check_linear, linear_layer, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -22,20 +22,6 @@ def torch():
     return torch
 
 
-def _layer(torch, n, k, bias):
-    layer = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.float16)
-    torch.nn.init.normal_(layer.weight, std=k ** -0.5)
-    if bias:
-        torch.nn.init.normal_(layer.bias)
-    return layer
-
-
-def _check(torch, y, x, layer):
-    ref = torch.nn.functional.linear(x.float(), layer.weight.float(),
-                                     None if layer.bias is None else layer.bias.float())
-    assert y.shape == ref.shape and y.dtype == torch.float16
-    assert relative_error(y.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])) < \
-        tolerance(x.shape[-1], "f32")
 
 
 @pytest.mark.parametrize("n, k", LAYERS)
@@ -43,13 +29,13 @@ def _check(torch, y, x, layer):
 @pytest.mark.parametrize("lead", [(1,), (1, 16), (3, 5), (2, 77)])
 def test_a_patched_linear_equals_f_linear(torch, n, k, bias, lead):
     import gemmforge
-    layer = _layer(torch, n, k, bias)
+    layer = linear_layer(torch, n, k, bias)
     report = gemmforge.patch(layer)
     assert report.routed == [""]  # the module itself is the Linear
     x = torch.randn(*lead, k, device="cuda", dtype=torch.float16)
     with torch.no_grad():
-        _check(torch, layer(x), x, layer)
-    served = torch.ops.gemmforge._registered(x.numel() // k, n, k, 1, 0)
+        check_linear(torch, layer(x), x, layer)
+    served = torch.ops.gemmforge._registered(x.numel() // k, n, k, 1, 0, 0)
     if served not in ("", "cublas") and bias:  # ours serves it: the bias twin, fused
         assert served.endswith(" bias"), served
 
@@ -57,20 +43,20 @@ def test_a_patched_linear_equals_f_linear(torch, n, k, bias, lead):
 def test_a_new_m_inside_a_bucket_builds_nothing(torch, monkeypatch):
     import gemmforge
     from gemmforge import linears, ops
-    layer = _layer(torch, 4096, 4096, False)
+    layer = linear_layer(torch, 4096, 4096, False)
     gemmforge.patch(layer, tokens=[16])
     builds = []
     monkeypatch.setattr(ops, "_build", lambda *a: builds.append(a))
     with torch.no_grad():
         for m in (9, 12, 15, 16):
             x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
-            _check(torch, layer(x), x, layer)
-    assert builds == [] and (16, 4096, 4096, 0) in linears._prepared
+            check_linear(torch, layer(x), x, layer)
+    assert builds == [] and (16, 4096, 4096, 0, "f16") in linears._prepared
 
 
 def test_cuda_graph_capture_and_replay(torch):
     import gemmforge
-    layer = _layer(torch, 4096, 4096, True)
+    layer = linear_layer(torch, 4096, 4096, True)
     gemmforge.patch(layer, tokens=[1])
     x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
     stream = torch.cuda.Stream()
@@ -84,14 +70,14 @@ def test_cuda_graph_capture_and_replay(torch):
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
-    _check(torch, y, x, layer)
+    check_linear(torch, y, x, layer)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compile_fullgraph(torch, dynamic):
     import gemmforge
-    model = torch.nn.Sequential(_layer(torch, 4096, 4096, False), torch.nn.ReLU(),
-                                _layer(torch, 4096, 4096, True))
+    model = torch.nn.Sequential(linear_layer(torch, 4096, 4096, False), torch.nn.ReLU(),
+                                linear_layer(torch, 4096, 4096, True))
     gemmforge.patch(model, tokens=[1, 16, 64])
     compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
     with torch.no_grad():

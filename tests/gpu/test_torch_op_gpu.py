@@ -37,7 +37,7 @@ def test_matmul_through_the_op(torch, m, n, k, layout):
     _check(torch, gemmforge.matmul(a, b_arg, layout=layout), a, b)
     choice = ops.choice_for(Problem(bucket(m), n, k, layout), ops._arch_of(ops.device_sm(0)),
                             ops.device_class_of(0), "slower")
-    registered = torch.ops.gemmforge._registered(m, n, k, LAYOUT_CODE[layout], 0)
+    registered = torch.ops.gemmforge._registered(m, n, k, LAYOUT_CODE[layout], 0, 0)
     if choice.cublas:
         assert registered == "cublas"
     elif choice.program.backend != "triton":
@@ -57,7 +57,7 @@ def _registered_operands(torch, m=1000, n=1024, k=336):
     ops._routes.clear()
     a, b, _ = operands(m, n, k, "nn")
     gemmforge.matmul(a, b)
-    assert torch.ops.gemmforge._registered(m, n, k, 0, 0) != ""
+    assert torch.ops.gemmforge._registered(m, n, k, 0, 0, 0) != ""
     return a, b
 
 
@@ -146,8 +146,8 @@ def test_a_triton_kernel_stays_a_python_kernel(torch, monkeypatch):
     monkeypatch.setattr(ops, "OP_HOST_BOUND_FLOPS", 0)
     a, b, _ = operands(200, 136, 72, "nn")
     _check(torch, gemmforge.matmul(a, b), a, b)
-    assert torch.ops.gemmforge._registered(200, 136, 72, 0, 0) == ""
-    assert ops._routes[(256, 136, 72, "nn", 0)] is not None  # its token bucket
+    assert torch.ops.gemmforge._registered(200, 136, 72, 0, 0, 0) == ""
+    assert ops._routes[(256, 136, 72, "nn", 0, "f16")] is not None  # its token bucket
 
 
 def test_a_small_triton_shape_runs_another_backends_program_on_the_op(torch, monkeypatch):
@@ -157,7 +157,7 @@ def test_a_small_triton_shape_runs_another_backends_program_on_the_op(torch, mon
     ops = _triton_chosen(monkeypatch)
     a, b, _ = operands(208, 136, 72, "nn")
     _check(torch, gemmforge.matmul(a, b), a, b)
-    registered = torch.ops.gemmforge._registered(208, 136, 72, 0, 0)
+    registered = torch.ops.gemmforge._registered(208, 136, 72, 0, 0, 0)
     assert registered and not registered.startswith("triton")
-    assert ops._routes[(256, 136, 72, "nn", 0)] is None
+    assert ops._routes[(256, 136, 72, "nn", 0, "f16")] is None
     _check(torch, gemmforge.matmul(a, b), a, b)  # the second call: the op's table
