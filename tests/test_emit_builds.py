@@ -31,12 +31,12 @@ from gemmforge.backends import registry
 from gemmforge.compiler import nvcc
 from gemmforge.compiler.values import BuildError
 from gemmforge.dispatch import tuned as database
-from gemmforge.dispatch.shipped import DEFAULT_PATH
+from gemmforge.dispatch import shipped
 from gemmforge.emit import build_selftest, choose_program, emit
 from gemmforge.ir.program import Arch, Problem
 
 pytestmark = pytest.mark.nvcc
-ROWS = json.loads(Path(DEFAULT_PATH).read_text())["rows"]
+ROWS = json.loads(shipped.text(shipped.DEFAULT_PATH))["rows"]
 JOBS = max(1, len(os.sched_getaffinity(0)))
 
 
