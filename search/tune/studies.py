@@ -164,9 +164,14 @@ def _storage_class():
             return trial
 
         def _own(self, session, trial_id: int) -> None:
+            """Write the owner user attr in `session` (the caller's transaction); through
+            the model, which every optuna version names alike, not a private helper."""
+            import json
             from optuna.storages._rdb import models
-            self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
-                                                trial_id, OWNER_ATTR, owner_tag())
+            attrs = models.TrialUserAttributeModel
+            session.query(attrs).filter_by(trial_id=trial_id, key=OWNER_ATTR).delete()
+            session.add(attrs(trial_id=trial_id, key=OWNER_ATTR,
+                              value_json=json.dumps(owner_tag())))
 
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             from datetime import datetime, timedelta
