@@ -8,11 +8,11 @@ and accumulator differ only there; every program the shipped file picks gives ot
 constants, so each of its files is a kernel of its own.
 
 What each build catches, and what it costs on 2 cores (nvcc 13.0, the 261 files):
-- `-cubin`, every file (2.4 min; 2.7 beside one CPU-bound process): the whole file through nvcc's front end, host code
-  included (syntax, types, templates, static_assert, constexpr), cicc's -O3 code generation
-  and ptxas for sm_90a (inline PTX: unknown instructions, modifiers or wgmma shapes,
-  operand constraints; register and static shared-memory limits). Not the host compiler's
-  pass over the host code, nor a link.
+- `-cubin`, every file (2.4 min; 2.7 beside one CPU-bound process): the whole file through
+  nvcc's front end, host code included (syntax, types, templates, static_assert, constexpr),
+  cicc's -O3 code generation and ptxas for sm_90a (inline PTX: unknown instructions,
+  modifiers or wgmma shapes, operand constraints; register and static shared-memory
+  limits). Not the host compiler's pass over the host code, nor a link.
 - the shared library and the self-test, for a cover of the files (every `constexpr bool`
   both ways; split-K, clusters and consumer warpgroups one and more: 7 files, 20 s): the
   host compiler, and (the executable) the link, which finds an undefined symbol that a
