@@ -149,28 +149,28 @@ def _storage_class():
             stmt = (sqlalchemy.update(t).where(t.c.trial_id == trial_id,
                                                t.c.state == TrialState.WAITING)
                     .values(state=TrialState.RUNNING, datetime_start=datetime.now()))
-            with _create_scoped_session(self.scoped_session) as session:
-                if session.execute(stmt).rowcount != 1:
+            with _create_scoped_session(self.scoped_session) as orm:
+                if orm.execute(stmt).rowcount != 1:
                     return False
-                self._own(session, trial_id)
+                self._own(orm, trial_id)
             return True
 
-        def _get_prepared_new_trial(self, study_id: int, template_trial, session):
+        def _get_prepared_new_trial(self, study_id: int, template_trial, orm):
             """A new trial; one that `ask` creates (no template) starts owned."""
-            trial = super()._get_prepared_new_trial(study_id, template_trial, session)
+            trial = super()._get_prepared_new_trial(study_id, template_trial, orm)
             if template_trial is None:
-                session.flush()
-                self._own(session, trial.trial_id)
+                orm.flush()
+                self._own(orm, trial.trial_id)
             return trial
 
-        def _own(self, session, trial_id: int) -> None:
-            """Write the owner user attr in `session` (the caller's transaction); through
+        def _own(self, orm, trial_id: int) -> None:
+            """Write the owner user attr in `orm` (the caller's ORM transaction); through
             the model, which every optuna version names alike, not a private helper."""
             import json
             from optuna.storages._rdb import models
             attrs = models.TrialUserAttributeModel
-            session.query(attrs).filter_by(trial_id=trial_id, key=OWNER_ATTR).delete()
-            session.add(attrs(trial_id=trial_id, key=OWNER_ATTR,
+            orm.query(attrs).filter_by(trial_id=trial_id, key=OWNER_ATTR).delete()
+            orm.add(attrs(trial_id=trial_id, key=OWNER_ATTR,
                               value_json=json.dumps(owner_tag())))
 
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
