@@ -32,20 +32,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from dataclasses import replace
-
-from gemmforge.dispatch.choice import usable
-from gemmforge.search.campaign.campaign import CONFIRM_BENCH, SUSTAINED_BENCH
-from gemmforge.search.campaign.campaign_runners import GridRunner
 from gemmforge.dispatch.devices import device_class
-from gemmforge.search.measure.records import BenchSettings
-from gemmforge.search.measure.selection import selection_ratio
-from gemmforge.search.measure.shapes import shape_class
-from gemmforge.search.measure.report import write_csv
 from gemmforge.dispatch.shipped import DEFAULT_PATH, read
-
-CHECK_BENCH = BenchSettings(protocols=("kernel",), rounds=1, warmup=1, warm_rounds=0,
-                            graph_us=200.0)
+from gemmforge.search.campaign.campaign_runners import GridRunner
+from gemmforge.search.campaign.shipped_check import (
+    check_settings, interleaved_part, rows_in_dtype, write_behind,
+)
+from gemmforge.search.measure.report import write_csv
 
 
 def main(argv=None) -> int:
@@ -67,7 +60,11 @@ def main(argv=None) -> int:
     ap.add_argument("--confirm", action="store_true",
                     help="time as a confirmation (CONFIRM_BENCH), not one short round")
     args = ap.parse_args(argv)
-    _part([], args.part)  # a bad --part is refused before the GPU is taken
+    try:
+        interleaved_part([], args.part)  # a bad --part is refused before the GPU is taken
+    except ValueError as e:
+        print(f"check_shipped: {e}", file=sys.stderr)
+        return 2
     runner = GridRunner()
     try:
         cls = args.device_class or device_class(runner.device)
@@ -76,17 +73,17 @@ def main(argv=None) -> int:
         rows = [r for r in read(args.shipped).rows if r.device_class == cls
                 and args.backend in (None, r.program.backend)
                 and (before is None or before.get((cls, r.problem)) != r.program_text)]
-        rows, skipped = _in_dtype(rows, args.dtype)
+        rows, skipped = rows_in_dtype(rows, args.dtype)
         if skipped:
             print(f"{skipped} shipped {cls} programs have no {args.dtype} path: not run")
-        rows = _part(rows, args.part)
+        rows = interleaved_part(rows, args.part)
         if not rows:
             print(f"no shipped rows for device class {cls!r} ({runner.device})")
             return 1
         results = {}
-        for settings in dict.fromkeys(_settings(r.problem, args.confirm) for r in rows):
+        for settings in dict.fromkeys(check_settings(r.problem, args.confirm) for r in rows):
             runner.measure_groups([(r.problem, [r.program_text]) for r in rows
-                                   if _settings(r.problem, args.confirm) == settings], settings,
+                                   if check_settings(r.problem, args.confirm) == settings], settings,
                                   lambda problem, rs: results.__setitem__(problem, rs[0]))
     finally:
         runner.close()
@@ -103,50 +100,6 @@ def main(argv=None) -> int:
             print(f"wrote {written}")
     return 1 if failed else 0
 
-
-def _settings(problem, confirm: bool) -> BenchSettings:
-    """The short check's round, or a confirmation's settings (sustained for the large class)."""
-    if not confirm:
-        return CHECK_BENCH
-    return SUSTAINED_BENCH if shape_class(problem) == "large" else CONFIRM_BENCH
-
-
-def write_behind(results, name: str, folder: Path) -> list[Path]:
-    """<folder>/<name>_behind_<layout>.txt per layout: the MxNxK of the ok results whose
-    selection ratio reads under 1.0 (cuBLAS ahead), one a line; none written where none is."""
-    behind: dict[str, list[str]] = {}
-    for r in results:
-        ratio = selection_ratio(r.problem(), r) if r.ok else None
-        if ratio is not None and ratio < 1.0:
-            behind.setdefault(r.layout, []).append(f"{r.m}x{r.n}x{r.k}")
-    paths = []
-    for layout, shapes in sorted(behind.items()):
-        path = folder / f"{name}_behind_{layout}.txt"
-        path.write_text("".join(f"{s}\n" for s in shapes))
-        paths.append(path)
-    return paths
-
-
-def _part(rows, part: str) -> list:
-    """The I-th of N interleaved parts of `rows` (`part` "I/N", 1 <= I <= N)."""
-    try:
-        i, n = (int(x) for x in part.split("/"))
-    except ValueError:
-        i = n = 0
-    if not 1 <= i <= n:
-        raise SystemExit(f"check_shipped: --part {part!r}: give I/N with 1 <= I <= N")
-    return rows[i - 1::n]
-
-
-def _in_dtype(rows, dtype: str | None):
-    """`rows` as they are (dtype None), or the f16 rows with their problems in `dtype`:
-    those whose program is usable there, and how many were not."""
-    if dtype is None:
-        return rows, 0
-    moved = [replace(r, problem=replace(r.problem, dtype=dtype)) for r in rows
-             if str(r.problem.dtype) == "f16"]
-    kept = [r for r in moved if usable(r.program, r.problem)]
-    return kept, len(moved) - len(kept)
 
 
 if __name__ == "__main__":

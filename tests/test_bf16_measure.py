@@ -160,20 +160,11 @@ def test_bad_dtype_arguments_exit_2_with_one_line(capsys, command, bad, says):
     assert len(err) == 1 and says in err[0]
 
 
-def _script(name: str):
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_check_shipped_moves_f16_rows_to_bf16_and_splits_them(tmp_path):
     from gemmforge.dispatch.shipped import read
     from gemmforge.search.campaign.ship import ship
-    check = _script("check_shipped")
+    from gemmforge.search.campaign import shipped_check as check
     csv = tmp_path / "rows.csv"
     csv.write_text("m,n,k,layout,acc,dtype,device,program,status,kernel_us,cublas_us,speedup\n"
                    f"4096,4096,4096,nt,f32,,{H200},{WGMMA},ok,200,210,1.05\n"
@@ -181,12 +172,13 @@ def test_check_shipped_moves_f16_rows_to_bf16_and_splits_them(tmp_path):
                    f"1024,1024,1024,nt,f32,bf16,{H200},{WGMMA},ok,20,21,1.05\n")
     ship([csv], tmp_path / "s.json", "test", "h200")
     rows = read(tmp_path / "s.json").rows
-    assert check._in_dtype(rows, None) == (rows, 0)
-    moved, skipped = check._in_dtype(rows, "bf16")
+    assert check.rows_in_dtype(rows, None) == (rows, 0)
+    moved, skipped = check.rows_in_dtype(rows, "bf16")
     assert [r.problem for r in moved] == [BF16] and skipped == 1  # cuda_simt has no bf16
-    assert check._part(list(range(7)), "2/3") == [1, 4]
-    with pytest.raises(SystemExit, match="--part"):
-        check._part(rows, "0/2")
+    assert check.interleaved_part(list(range(7)), "2/3") == [1, 4]
+    for bad in ("0/2", "3/2", "x"):
+        with pytest.raises(ValueError, match="--part"):
+            check.interleaved_part(rows, bad)
 
 
 def test_model_forward_refuses_a_bad_dtype():
@@ -204,7 +196,7 @@ def test_model_forward_refuses_a_bad_dtype():
 
 def test_check_shipped_lists_the_shapes_behind_cublas(tmp_path):
     """By the ratio a confirmation picks by: after another kernel where measured."""
-    check = _script("check_shipped")
+    from gemmforge.search.campaign import shipped_check as check
     ahead = Result(WGMMA, 256, 512, 1024, "nt", kernel_us=10.0, cublas_us=9.0, after_us=10.0,
                    cublas_after_us=11.0, dtype="bf16")  # behind back to back, ahead after
     behind = Result(WGMMA, 512, 512, 1024, "nt", kernel_us=10.0, cublas_us=11.0, after_us=10.0,
@@ -214,6 +206,6 @@ def test_check_shipped_lists_the_shapes_behind_cublas(tmp_path):
     paths = check.write_behind([ahead, behind, nn, failed], "c", tmp_path)
     assert [p.name for p in paths] == ["c_behind_nn.txt", "c_behind_nt.txt"]
     assert paths[0].read_text() == "64x64x64\n" and paths[1].read_text() == "512x512x1024\n"
-    assert check._settings(BF16, True) is check.SUSTAINED_BENCH  # the large class
-    assert check._settings(Problem(77, 4096, 4096, "nt", "f32", "bf16"), True) is check.CONFIRM_BENCH
-    assert check._settings(BF16, False) is check.CHECK_BENCH
+    assert check.check_settings(BF16, True) is check.SUSTAINED_BENCH  # the large class
+    assert check.check_settings(Problem(77, 4096, 4096, "nt", "f32", "bf16"), True) is check.CONFIRM_BENCH
+    assert check.check_settings(BF16, False) is check.CHECK_BENCH

@@ -52,3 +52,36 @@ def test_documents_stay_short(name):
 def test_documents_carry_no_diary_words(name):
     hits = [line for line in (ROOT / name).read_text().splitlines() if DIARY.search(line)]
     assert not hits, hits[:3]
+
+
+
+LOADERS = ("spec_from_file_location", "run_path", "import_module", "exec_module")
+
+
+def benchmark_loads(source: str) -> list[str]:
+    """The functions of `source` that load a file from benchmarks/ as a module (a loader
+    call and the folder's name in one function), and any `import benchmarks...`."""
+    import ast
+    tree = ast.parse(source)
+    found = [f"import {a.name}" for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names if a.name.split(".")[0] == "benchmarks"]
+    found += [f"from {node.module}" for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "benchmarks"]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.get_source_segment(source, node) or ""
+            if "benchmarks" in text and any(loader in text for loader in LOADERS):
+                found.append(f"def {node.name}")
+    return found
+
+
+def test_no_test_imports_a_benchmark_script():
+    """Tests exercise the package; a benchmark script runs only as a command (a subprocess),
+    so its logic worth testing lives in the package."""
+    found = {str(p.relative_to(ROOT)): benchmark_loads(p.read_text())
+             for p in sorted((ROOT / "tests").rglob("*.py")) if p.name != Path(__file__).name}
+    assert not {name: f for name, f in found.items() if f}
+    loads = ('def _script(name):\n    path = ROOT / "benchmarks" / f"{name}.py"\n'
+             '    spec = importlib.util.spec_from_file_location(name, path)\n')
+    assert benchmark_loads(loads) == ["def _script"]
+    assert benchmark_loads("from benchmarks.model_forward import plan\n") == ["from benchmarks.model_forward"]
