@@ -78,3 +78,20 @@ def check_linear(torch, y, x, layer):
     assert y.shape == ref.shape and y.dtype == layer.weight.dtype
     assert relative_error(y.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])) < \
         tolerance(x.shape[-1], "f32", dtype)
+
+
+def graph_replayed(torch, layer, x):
+    """layer(x) captured in a CUDA graph (after a warm-up call on the capture stream), then
+    replayed once with fresh values in `x`: the output tensor the replay wrote."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.stream(stream):
+        layer(x)
+        with torch.cuda.graph(graph, stream=stream):
+            y = layer(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    return y

@@ -12,7 +12,7 @@ import pytest
 
 from gemmforge.ir import DType, parse
 
-from .correctness import check_linear, linear_layer, operands, relative_error, tolerance
+from .correctness import check_linear, graph_replayed, linear_layer, operands, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -98,17 +98,7 @@ def test_a_bf16_patched_linear_in_a_cuda_graph():
     layer = linear_layer(torch, 4096, 4096, True, "bf16")
     gemmforge.patch(layer, tokens=[1, 16])
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.stream(stream):
-        layer(x)
-        with torch.cuda.graph(graph, stream=stream):
-            y = layer(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.cuda.synchronize()
+    y = graph_replayed(torch, layer, x)
     check_linear(torch, y, x, layer)
 
 

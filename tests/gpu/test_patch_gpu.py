@@ -5,7 +5,7 @@ graph capture and replay; torch.compile(fullgraph=True) with no graph break (run
 machine)."""
 import pytest
 
-from .correctness import check_linear, linear_layer, relative_error
+from .correctness import check_linear, graph_replayed, linear_layer, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -59,17 +59,7 @@ def test_cuda_graph_capture_and_replay(torch):
     layer = linear_layer(torch, 4096, 4096, True)
     gemmforge.patch(layer, tokens=[1])
     x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.stream(stream):
-        layer(x)
-        with torch.cuda.graph(graph, stream=stream):
-            y = layer(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.cuda.synchronize()
+    y = graph_replayed(torch, layer, x)
     check_linear(torch, y, x, layer)
 
 
